@@ -1,0 +1,15 @@
+# Warning flags, probed once, applied through the INTERFACE target kvr_warnings.
+include(CheckCCompilerFlag)
+add_library(kvr_warnings INTERFACE)
+foreach(flag -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla
+             -Wpointer-arith -Wundef)
+  string(MAKE_C_IDENTIFIER "KVR_HAS${flag}" var)
+  check_c_compiler_flag(${flag} ${var})
+  if(${var})
+    target_compile_options(kvr_warnings INTERFACE ${flag})
+  endif()
+endforeach()
+if(KVR_WERROR)
+  target_compile_options(kvr_warnings INTERFACE -Werror)
+endif()
+target_compile_definitions(kvr_warnings INTERFACE _POSIX_C_SOURCE=200809L)

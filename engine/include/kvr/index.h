@@ -1,0 +1,100 @@
+/* index.h - the shared KV index: thread-safe event application and prefix queries.
+ *
+ * Design (concurrency):
+ *
+ *     writer thread(s) ──apply_batch──▶ [ write lock, ≤ max_hold block-ops ] ─┐
+ *                                        [ release, let readers in        ]   │ repeat
+ *     reader threads ──find_matches──▶  [ read lock | walk tree | unlock ]    │
+ *
+ * One kvr_radix_t behind a writer-preferring pthread rwlock. Readers hold the read lock only
+ * inside one find_matches call (a walk of microseconds) and never allocate. Writers apply events
+ * in bounded batches: the write lock is released after at most `max_hold_blocks` block
+ * operations (large events are cut into chunks: removals in runs of hashes, stores as chained
+ * sub-stores), so no reader waits behind a long write. Events of one rank must be applied in
+ * order by one writer at a time (callers shard writers by worker_id); apply calls from several
+ * threads are serialised by the lock.
+ *
+ * A reader concurrent with writes sees each block operation either before or after, never half:
+ * it may undercount a chain still being stored, never overcount (index.md §3).
+ *
+ * Error accounting: every event error is counted by kind (kvr_index_counters) and returned.
+ */
+#ifndef KVR_INDEX_H
+#define KVR_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvr/event.h"
+#include "kvr/match.h"
+#include "kvr/radix.h"
+
+typedef struct kvr_index kvr_index_t;
+
+enum kvr_index_kind {
+    KVR_INDEX_RADIX = 1, /* exact compressed radix tree (default) */
+    KVR_INDEX_CKF = 2,   /* cuckoo-filter lanes (compact, may overcount) */
+    KVR_INDEX_BOTH = 3,  /* both fed; queries answered by the radix tree */
+};
+
+struct kvr_index_config {
+    int kind;                 /* enum kvr_index_kind; 0 means KVR_INDEX_RADIX */
+    uint32_t max_hold_blocks; /* block operations per write-lock hold; 0 means 1024 */
+};
+
+struct kvr_index_counters {
+    uint64_t events[4];        /* by kind: [KVR_EVENT_STORED], [REMOVED], [CLEARED]; [0] = other */
+    uint64_t blocks_stored;    /* blocks in applied store events */
+    uint64_t blocks_removed;   /* hashes in applied removal events */
+    uint64_t err_parent;       /* ParentBlockNotFound */
+    uint64_t err_block;        /* BlockNotFound (per missing hash) */
+    uint64_t err_invalid_seq;  /* InvalidBlockSequence */
+    uint64_t err_nomem;        /* AllocationFailed */
+    uint64_t err_other;        /* anything else (invalid arguments) */
+    uint64_t non_device;       /* events of another storage tier (not in the device index) */
+    uint64_t queries;          /* find_matches calls */
+};
+
+struct kvr_index_stats {
+    struct kvr_radix_stats radix;
+    struct kvr_index_counters counters;
+};
+
+/* Creates an index (cfg may be NULL for defaults). *out owned; free with kvr_index_free.
+ * Returns KVR_OK, KVR_EINVAL (bad config) or KVR_ENOMEM. */
+int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out);
+void kvr_index_free(kvr_index_t *idx);
+
+/* Applies one event (borrowed). Device-tier events go to the tree; others are counted and
+ * ignored by the device index. Returns the event's result code (KVR_OK, KVR_EPARENT, ...).
+ * Thread-safe (takes the write lock, in bounded holds). */
+int kvr_index_apply(kvr_index_t *idx, const struct kvr_event *ev);
+
+/* Applies n events in order, releasing the write lock every max_hold_blocks block operations.
+ * results (may be NULL) receives each event's code. Returns the number of events that failed
+ * (0 = all applied). Thread-safe. */
+size_t kvr_index_apply_batch(kvr_index_t *idx, const struct kvr_event *ev, size_t n, int *results);
+
+/* Worker / rank removal (write lock). KVR_ENOTFOUND when the index knows no such rank. */
+int kvr_index_remove_worker(kvr_index_t *idx, uint64_t worker_id);
+int kvr_index_remove_rank(kvr_index_t *idx, uint64_t worker_id, uint32_t dp_rank);
+
+/* Prefix overlap of n local hashes; as kvr_radix_find_matches. Thread-safe (read lock). */
+int kvr_index_find_matches(kvr_index_t *idx, const uint64_t *locals, size_t n, unsigned flags,
+                           struct kvr_match *out, size_t cap, size_t *n_out);
+
+/* Snapshot of sizes and counters (read lock). */
+void kvr_index_stats(kvr_index_t *idx, struct kvr_index_stats *out);
+
+/* Per-rank block counts (read lock); as kvr_radix_rank_blocks. */
+int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t cap,
+                          size_t *n_out);
+
+/* Dumps the index as events (read lock held for the whole dump: a consistent cut).
+ * Appends to *out (owned by the caller). */
+int kvr_index_dump(kvr_index_t *idx, struct kvr_event_list *out);
+
+/* The radix tree behind the index, for single-threaded tools and tests (no locking). Borrowed. */
+kvr_radix_t *kvr_index_radix(kvr_index_t *idx);
+
+#endif
