@@ -36,10 +36,10 @@ struct kvr_block_mm {
 };
 
 struct kvr_hash_opts {
-    uint64_t seed;                   /* 0 means KVR_HASH_SEED; use kvr_hash_salt for salts */
-    int eagle;                       /* non-zero: windows of block_size + 1 tokens */
-    const struct kvr_block_mm *mm;   /* per-block info, indexed by block; may be NULL */
-    size_t n_mm_blocks;              /* entries in mm (blocks beyond have none) */
+    uint64_t seed;                 /* 0 means KVR_HASH_SEED; use kvr_hash_salt for salts */
+    int eagle;                     /* non-zero: windows of block_size + 1 tokens */
+    const struct kvr_block_mm *mm; /* per-block info, indexed by block; may be NULL */
+    size_t n_mm_blocks;            /* entries in mm (blocks beyond have none) */
 };
 
 /* Number of complete blocks `n_tokens` tokens make at this block size (0 if block_size == 0). */
