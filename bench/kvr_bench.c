@@ -19,6 +19,9 @@
  * 3 load or runtime failure.
  *
  * `stats` prints the stream's totals exactly like `kvtrace.py stats` (loader check, no index).
+ *
+ * Static helpers borrow every pointer they take and return nothing owned, unless their comment says
+ * otherwise.
  */
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,7 @@
-/* opstream.c - op-stream loader (see opstream.h, spec/opstream.md). */
+/* opstream.c - op-stream loader (see opstream.h, spec/opstream.md).
+ *
+ * Static helpers borrow every pointer they take and return nothing owned, unless their comment says
+ * otherwise. */
 #include "opstream.h"
 
 #include <json-c/json.h>
