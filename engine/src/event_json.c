@@ -1,4 +1,7 @@
-/* event_json.c - RouterEvent JSON codec (see kvr/event_json.h, spec/index.md §2). */
+/* event_json.c - RouterEvent JSON codec (see kvr/event_json.h, spec/index.md §2).
+ *
+ * Static helpers borrow every pointer they take and return nothing owned, unless their comment says
+ * otherwise. */
 #include "kvr/event_json.h"
 
 #include <json-c/json.h>
