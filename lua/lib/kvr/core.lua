@@ -76,12 +76,21 @@ local function rank_key(worker_id, dp_rank)
 end
 M.rank_key = rank_key
 
--- Runs one engine query into the match scratch (grown once on KVR_ERANGE) and returns a map
--- key -> blocks, or nil, err.
-local function run_matches(fn, ...)
+-- One engine query into the match scratch (grown once on KVR_ERANGE, then retried with the new
+-- buffer) returning a map key -> blocks, or nil, err. kind: "index" (locals, n), "tokens"
+-- (tokens, n, block_size, lora), "lanes" (locals, n).
+local function query(kind, a, n, bs, lora)
     for _ = 1, 2 do
         errp[0] = nil
-        local rc = fn(vm, ...)
+        local rc
+        if kind == "index" then
+            rc = api.index_match(vm, a, n, matches, match_cap, n_out, errp)
+        elseif kind == "tokens" then
+            rc = api.index_match_tokens(vm, a, n, bs, lora, lora and #lora or 0, matches,
+                match_cap, n_out, errp)
+        else
+            rc = api.lanes_match(vm, a, n, matches, match_cap, n_out, errp)
+        end
         if rc == KVR_OK then
             local res = {}
             for i = 0, tonumber(n_out[0]) - 1 do
@@ -134,7 +143,7 @@ function M.overlap_request(nblocks)
             n = floor(nblocks)
         end
     end
-    return run_matches(api.index_match, r.local_hashes, n, matches, match_cap, n_out, errp)
+    return query("index", r.local_hashes, n)
 end
 
 function M.overlap_hashes(list)
@@ -149,7 +158,7 @@ function M.overlap_hashes(list)
     for i = 1, n do
         hashes[i - 1] = parse_u64(list[i], "kvr.overlap_hashes")
     end
-    return run_matches(api.index_match, hashes, n, matches, match_cap, n_out, errp)
+    return query("index", hashes, n)
 end
 
 function M.overlap_tokens(list, lora, block_size)
@@ -171,8 +180,7 @@ function M.overlap_tokens(list, lora, block_size)
         end
         toks[i - 1] = t
     end
-    return run_matches(api.index_match_tokens, toks, n, block_size or 0, lora, lora and #lora or 0,
-        matches, match_cap, n_out, errp)
+    return query("tokens", toks, n, block_size or 0, lora)
 end
 
 function M.lanes_request()
@@ -180,7 +188,7 @@ function M.lanes_request()
     if r == nil then
         return nil, "no current request"
     end
-    return run_matches(api.lanes_match, r.local_hashes, r.blocks, matches, match_cap, n_out, errp)
+    return query("lanes", r.local_hashes, r.blocks)
 end
 
 function M.index_stats()
