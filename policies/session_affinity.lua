@@ -3,12 +3,13 @@
 -- SPDX-License-Identifier: Apache-2.0
 --
 -- Inputs   request: session (the server's session key), or the header params.header;
---          per candidate: key ("worker_id:dp_rank"), healthy; without a session key, the
---          kv_cost inputs.
--- Formula  rendezvous (highest-random-weight) hashing: the healthy candidate with the largest
---          kvr.hash(session .. "|" .. key). Removing or adding a candidate moves only the
---          sessions that hashed to it; an unhealthy candidate's sessions go to their next
---          choice and come back when it recovers. No healthy candidate: hash over all of them.
+--          per candidate: worker id, dp_rank, healthy; without a session key, the kv_cost
+--          inputs.
+-- Formula  rendezvous (highest-random-weight) hashing (kvr.rendezvous): the healthy candidate
+--          with the largest xxh3(xxh3(session), worker_id, dp_rank). Removing or adding a
+--          candidate moves only the sessions that hashed to it; an unhealthy candidate's
+--          sessions go to their next choice and come back when it recovers. No healthy
+--          candidate: hash over all of them.
 --          No session key: the classic KV cost (kvr.classic_cost, weight 1, T = 0).
 -- Defaults header "x-session-id".
 -- Guarantees always returns one candidate; O(candidates) hashes; the same session gets the
@@ -29,20 +30,6 @@ local function by_cost(req, candidates)
     return best
 end
 
-local function rendezvous(key, candidates, healthy_only)
-    local best, best_h = nil, -1
-    for i = 1, #candidates do
-        local c = candidates[i]
-        if c.healthy or not healthy_only then
-            local h = kvr.hash(key .. "|" .. c.key)
-            if h > best_h then
-                best, best_h = c, h
-            end
-        end
-    end
-    return best
-end
-
 local function select(req, candidates)
     local key = req.session
     if key == nil or key == "" then
@@ -51,7 +38,7 @@ local function select(req, candidates)
     if key == nil or key == "" then
         return by_cost(req, candidates)
     end
-    return rendezvous(key, candidates, true) or rendezvous(key, candidates, false)
+    return kvr.rendezvous(key, candidates, true) or kvr.rendezvous(key, candidates, false)
 end
 
 return { select = select, params = params }

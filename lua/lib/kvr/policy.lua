@@ -258,6 +258,43 @@ local function fill_cands(cs, n)
     last_n = n
 end
 
+-- ==== helpers that need the candidate machinery ==============================================
+
+local api = core.api
+local hbuf = ffi.new("uint64_t[3]")
+
+-- Rendezvous (highest-random-weight) hashing: the candidate of `list` with the largest
+-- xxh3(xxh3(key), worker_id, dp_rank); with healthy_only, unhealthy ones are skipped (nil if
+-- none is left). Exact for any u64 worker id; O(#list).
+local function rendezvous(key, list, healthy_only)
+    if type(key) ~= "string" then
+        error("kvr.rendezvous: the key must be a string", 2)
+    end
+    if type(list) ~= "table" then
+        error("kvr.rendezvous: expected an array of candidates", 2)
+    end
+    hbuf[0] = api.hash(key, #key, 0)
+    local cs, n = call.cands, call.n
+    local best, best_h = nil, nil
+    for i = 1, #list do
+        local c = list[i]
+        if not healthy_only or c.healthy then
+            local j = pos[c]
+            if j ~= nil and cs ~= nil and j <= n then
+                local r = cs[j - 1]
+                hbuf[1], hbuf[2] = r.worker_id, r.dp_rank
+            else -- a plain table (e.g. in a selftest)
+                hbuf[1], hbuf[2] = c.id or 0, c.dp_rank or 0
+            end
+            local h = api.hash(hbuf, 24, 0x6b7672)
+            if best_h == nil or h > best_h then
+                best, best_h = c, h
+            end
+        end
+    end
+    return best
+end
+
 -- ==== policies ===============================================================================
 
 local policies = {} -- slot -> { name, select, hooks..., K }
@@ -266,6 +303,7 @@ local HOOKS = { on_response = 1, on_stored = 2, on_removed = 4, on_cleared = 8, 
 
 function R.add_policy(slot, name, chunk, trusted)
     local K = core.new_api(name, random)
+    K.rendezvous = rendezvous
     setfenv(chunk, new_env(name, K))
     local p = chunk(name)
     if type(p) ~= "table" then
@@ -424,6 +462,7 @@ end
 -- Operator scripts (kvr_lua_script_run): the chunk runs in the same sandbox, with kvr.admin.
 function R.script(chunk)
     local K = core.new_api("script", random)
+    K.rendezvous = rendezvous
     setfenv(chunk, new_env("script", K))
     local r = chunk()
     if r == nil then
