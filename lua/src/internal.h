@@ -114,6 +114,9 @@ int lstate_add_policy(struct lstate *s, const struct policy_def *p, size_t slot,
  * leaves nothing and copies the message to err. Maps the outcome to a kvr_lua_status. */
 int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
                  size_t err_len);
+/* As lstate_pcall; *elapsed_ns receives the wall time the call took. */
+int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
+                       size_t err_len, uint64_t *elapsed_ns);
 
 /* 1 if the current call has exhausted its budget (then it stays exhausted until disarmed):
  * wall-clock deadline passed, then its grace of thread CPU time used up, or the hard stop.

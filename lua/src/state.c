@@ -142,6 +142,13 @@ static void disarm(struct lstate *s)
 int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
                  size_t err_len)
 {
+    uint64_t elapsed;
+    return lstate_pcall_timed(s, nargs, nres, budget_ns, err, err_len, &elapsed);
+}
+
+int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
+                       size_t err_len, uint64_t *elapsed_ns)
+{
     lua_State *L = s->L;
     int base = lua_gettop(L) - nargs; /* the function */
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->refs[REF_TRACEBACK]);
@@ -153,6 +160,7 @@ int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char
     s->hard_ns = now + budget_ns * HARD_FACTOR;
     s->deadline_ns = budget_ns ? now + budget_ns : 0;
     int rc = lua_pcall(L, nargs, nres, base);
+    *elapsed_ns = kvr_lua_now_ns() - now;
     int status = map_rc(s, rc);
     disarm(s);
     if (rc != 0) {
@@ -269,6 +277,19 @@ static int setup(lua_State *L)
     lua_pushstring(L, "kvrouter " KVR_VERSION);
     lua_setfield(L, -2, "version");
     int opts = lua_gettop(L);
+    /* jit.util (bytecode constants: which candidate fields a policy reads), for trusted code. */
+    lua_getfield(L, LUA_REGISTRYINDEX, "_PRELOAD");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "jit.util");
+        if (lua_isfunction(L, -1)) {
+            lua_pushstring(L, "jit.util");
+            lua_call(L, 1, 1);
+            lua_setfield(L, opts, "jit_util");
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
 
     /* kvr.core (ffi, api, vm, call, cdef, opts) */
     if (load_module(L, c, "kvr.core", "@kvr/core.lua") != 0)

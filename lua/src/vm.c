@@ -253,9 +253,8 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     s->fv.policy_id = p->id;
     lua_State *L = s->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->refs[REF_DECIDE]);
-    uint64_t t0 = kvr_lua_now_ns();
-    status = lstate_pcall(s, 0, 2, rt->cfg.budget_ns, vm->err, sizeof(vm->err));
-    uint64_t elapsed = kvr_lua_now_ns() - t0;
+    uint64_t elapsed;
+    status = lstate_pcall_timed(s, 0, 2, rt->cfg.budget_ns, vm->err, sizeof(vm->err), &elapsed);
     d->elapsed_ns = elapsed;
     inc(&pc->lua_ns, elapsed);
     if (status == KVR_LUA_OK) {
