@@ -54,6 +54,9 @@ int kvr_lua_vm_new(kvr_lua_runtime_t *rt, const struct kvr_lua_vm_config *vcfg, 
     rt->n_vms++;
     pthread_cond_broadcast(&rt->cond);
     pthread_mutex_unlock(&rt->mu);
+    /* An install published while the state was being built woke the VMs registered then, not
+     * this one: catch up now (every later install finds it registered and wakes it). */
+    kvr_lua_vm_poll(vm);
     *out = vm;
     return KVR_OK;
 }

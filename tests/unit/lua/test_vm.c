@@ -298,6 +298,43 @@ START_TEST(fields_reach_lua)
 }
 END_TEST
 
+START_TEST(computed_field_names_read_lazily)
+{
+    /* The glue copies only the fields a policy names as constants; a field read by a computed
+     * name comes lazily from the C struct, fresh for every request. */
+    use("dyn",
+        "local f = { 'over' .. 'lap', 'que' .. 'ue' }\n"
+        "return { select = function(req, c)\n"
+        "  local best, bv = c[1], -1\n"
+        "  for i = 1, #c do local v = c[i][f[1]] * 100 + c[i][f[2]]\n"
+        "    if v > bv then best, bv = c[i], v end end\n"
+        "  return best end }\n",
+        0);
+    /* A second policy in the same state that names other fields: both keep working. */
+    ck_assert_int_eq(luafix_install(rt, "named",
+                                    "return { select = function(r, c) local b = c[1]\n"
+                                    "for i = 2, #c do if c[i].requests < b.requests then b = c[i] "
+                                    "end end return b end }",
+                                    0, err, sizeof(err)),
+                     KVR_LUA_OK);
+    ck_assert_int_eq(kvr_lua_policy_bind(rt, "named", "named", NULL), KVR_OK);
+    cands[2].overlap = 1;
+    ck_assert_int_eq(pick(4), 2);
+    cands[2].overlap = 0;
+    cands[1].queue = 7;
+    ck_assert_int_eq(pick(4), 1);
+    cands[3].overlap = 2;
+    ck_assert_int_eq(pick(4), 3);
+    for (int i = 0; i < 4; i++)
+        cands[i].requests = (uint32_t)(10 - i);
+    req.model = "named";
+    req.model_len = 5;
+    ck_assert_int_eq(pick(4), 3);
+    cands[0].requests = 0;
+    ck_assert_int_eq(pick(4), 0);
+}
+END_TEST
+
 START_TEST(state_counters_and_print)
 {
     use("rr",
@@ -692,6 +729,7 @@ Suite *vm_suite(void)
     tcase_add_test(api, bindings_and_header);
     tcase_add_test(api, header_policy_allowed);
     tcase_add_test(api, fields_reach_lua);
+    tcase_add_test(api, computed_field_names_read_lazily);
     tcase_add_test(api, state_counters_and_print);
     tcase_add_test(api, bad_counter_name);
     tcase_add_test(api, on_response_hook);
