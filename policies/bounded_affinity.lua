@@ -19,40 +19,32 @@ local params = {
     load = "requests",
 }
 
-local function load_of(c, bs)
-    if params.load == "tokens" then
-        return c.prefill_tokens + c.decode_blocks * bs
-    end
-    return c.requests
-end
-
 local function select(req, candidates)
     local n, bs = #candidates, req.block_size
+    local by_tokens = params.load == "tokens"
     local total = 0
     for i = 1, n do
-        total = total + load_of(candidates[i], bs)
+        local c = candidates[i]
+        total = total + (by_tokens and c.prefill_tokens + c.decode_blocks * bs or c.requests)
     end
     local bound = math.ceil(params.load_factor * (total + 1) / n)
     local best, best_overlap, best_load = nil, -1, math.huge
+    local least, least_load = nil, math.huge
     for i = 1, n do
         local c = candidates[i]
-        local l = load_of(c, bs)
+        local l = by_tokens and c.prefill_tokens + c.decode_blocks * bs or c.requests
         if l + 1 <= bound then
             local o = c.overlap
             if o > best_overlap or (o == best_overlap and l < best_load) then
                 best, best_overlap, best_load = c, o, l
             end
         end
-    end
-    if best == nil then -- unreachable for load_factor >= 1; guard against odd params
-        best = candidates[1]
-        for i = 2, n do
-            if load_of(candidates[i], bs) < load_of(best, bs) then
-                best = candidates[i]
-            end
+        if l < least_load then
+            least, least_load = c, l
         end
     end
-    return best
+    -- Nobody under the bound only happens with load_factor < 1: take the least loaded.
+    return best or least
 end
 
 local function selftest()

@@ -7,17 +7,25 @@
 -- Defaults none.
 -- Guarantees always returns one candidate; O(candidates).
 local function select(req, candidates)
-    local healthy, m = {}, 0
-    for i = 1, #candidates do
+    local n, m = #candidates, 0
+    for i = 1, n do
         if candidates[i].healthy then
             m = m + 1
-            healthy[m] = candidates[i]
         end
     end
     if m == 0 then
-        return candidates[kvr.random(#candidates)]
+        return candidates[kvr.random(n)]
     end
-    return healthy[kvr.random(m)]
+    local k = kvr.random(m) -- the k-th healthy candidate (no table built per request)
+    for i = 1, n do
+        local c = candidates[i]
+        if c.healthy then
+            k = k - 1
+            if k == 0 then
+                return c
+            end
+        end
+    end
 end
 
 return { select = select }

@@ -10,17 +10,20 @@
 --            queue   (max_q - q) / (max_q - min_q), 1 when all equal   (GIE queue scorer)
 --            kv      1 - kv_usage, 0 when unknown      (llm-d kv-cache-utilization-scorer)
 --          The highest score wins; ties: fewer requests, then the earlier candidate.
---          Compose: edit params.weights, or add a function to `scorers` (it receives
---          (c, ctx) where ctx holds req and the min/max of requests and queue) and give it a
---          weight.
+--          Compose: change params.weights (0 disables a scorer), or add a scorer to `extra`
+--          ({ weight = w, score = function(c, ctx) return 0..1 end }, ctx holds req and the
+--          min/max of requests and queue over the candidates).
 -- Defaults weights prefix 2, load 1, queue 1, kv 1; prefix_length_weight 0; max_model_len 8192.
--- Guarantees always returns one candidate; O(candidates × scorers).
+-- Guarantees always returns one candidate; O(candidates × (4 + #extra)).
 local params = {
     weights = { prefix = 2.0, load = 1.0, queue = 1.0, kv = 1.0 },
     prefix_length_weight = 0.0,
     max_model_len = 8192,
 }
 
+local extra = {} -- custom scorers, see the header
+
+-- (hi - v) / (hi - lo), 1 when every candidate has the same value.
 local function spread(lo, hi, v)
     if hi == lo then
         return 1
@@ -28,48 +31,38 @@ local function spread(lo, hi, v)
     return (hi - v) / (hi - lo)
 end
 
-local scorers = {
-    prefix = function(c, ctx)
-        local blocks = ctx.req.blocks
-        local ratio = blocks > 0 and c.overlap / blocks or 0
-        local plw = params.prefix_length_weight
-        if plw == 0 then
-            return ratio
-        end
-        local len = math.min(1, c.overlap * ctx.req.block_size / params.max_model_len)
-        return (1 - plw) * ratio + plw * len * len
-    end,
-    load = function(c, ctx)
-        return spread(ctx.min_requests, ctx.max_requests, c.requests)
-    end,
-    queue = function(c, ctx)
-        return spread(ctx.min_queue, ctx.max_queue, c.queue)
-    end,
-    kv = function(c)
-        local u = c.kv_usage
-        return u and 1 - u or 0
-    end,
-}
-
 local ctx = {}
 
 local function select(req, candidates)
+    local n = #candidates
     local rlo, rhi, qlo, qhi = math.huge, -math.huge, math.huge, -math.huge
-    for i = 1, #candidates do
+    for i = 1, n do
         local c = candidates[i]
-        rlo, rhi = math.min(rlo, c.requests), math.max(rhi, c.requests)
-        qlo, qhi = math.min(qlo, c.queue), math.max(qhi, c.queue)
+        local r, q = c.requests, c.queue
+        if r < rlo then rlo = r end
+        if r > rhi then rhi = r end
+        if q < qlo then qlo = q end
+        if q > qhi then qhi = q end
     end
+    local w = params.weights
+    local wp, wl, wq, wk = w.prefix or 0, w.load or 0, w.queue or 0, w.kv or 0
+    local plw, blocks = params.prefix_length_weight, req.blocks
+    local len_scale = req.block_size / params.max_model_len
     ctx.req, ctx.min_requests, ctx.max_requests, ctx.min_queue, ctx.max_queue =
         req, rlo, rhi, qlo, qhi
     local best, best_score, best_req = nil, -math.huge, math.huge
-    for i = 1, #candidates do
+    for i = 1, n do
         local c = candidates[i]
-        local score = 0
-        for name, w in pairs(params.weights) do
-            if w ~= 0 then
-                score = score + w * scorers[name](c, ctx)
-            end
+        local prefix = blocks > 0 and c.overlap / blocks or 0
+        if plw ~= 0 then
+            local len = math.min(1, c.overlap * len_scale)
+            prefix = (1 - plw) * prefix + plw * len * len
+        end
+        local u = c.kv_usage
+        local score = wp * prefix + wl * spread(rlo, rhi, c.requests)
+            + wq * spread(qlo, qhi, c.queue) + wk * (u and 1 - u or 0)
+        for j = 1, #extra do
+            score = score + extra[j].weight * extra[j].score(c, ctx)
         end
         if score > best_score or (score == best_score and c.requests < best_req) then
             best, best_score, best_req = c, score, c.requests
@@ -94,4 +87,4 @@ local function selftest()
     return true
 end
 
-return { select = select, selftest = selftest, params = params, scorers = scorers }
+return { select = select, selftest = selftest, params = params, extra = extra }

@@ -351,6 +351,47 @@ START_TEST(session_affinity_fixtures)
 }
 END_TEST
 
+START_TEST(documented_example_works)
+{
+    /* The ten-line policy of docs/LUA_API.md installs and does what it says. */
+    FILE *f = fopen(KVR_SOURCE_DIR "/docs/LUA_API.md", "rb");
+    ck_assert_ptr_nonnull(f);
+    static char doc[1 << 16];
+    size_t n = fread(doc, 1, sizeof(doc) - 1, f);
+    fclose(f);
+    doc[n] = '\0';
+    char *b = strstr(doc, "```lua\n");
+    ck_assert_ptr_nonnull(b);
+    b += 7;
+    char *e = strstr(b, "```");
+    ck_assert_ptr_nonnull(e);
+    *e = '\0';
+    int lines = 0;
+    for (char *p = b; *p; p++)
+        lines += *p == '\n';
+    ck_assert_int_le(lines, 10);
+    int st = luafix_install(rt, "doc", b, 0, err, sizeof(err));
+    ck_assert_msg(st == KVR_LUA_OK, "%s", err);
+    ck_assert_int_eq(kvr_lua_policy_bind(rt, "doc", "doc", NULL), KVR_OK);
+    struct kvr_ffi_request req;
+    luafix_request(&req, 160, 16);
+    struct kvr_ffi_candidate c[3];
+    luafix_cands(c, 3);
+    c[0].overlap = 9; /* not an H100 */
+    c[1].labels = "gpu=h100,zone=a";
+    c[1].labels_len = 15;
+    c[1].overlap = 2;
+    c[1].requests = 5;
+    c[2].labels = "gpu=h100";
+    c[2].labels_len = 8;
+    c[2].overlap = 2;
+    c[2].requests = 1;
+    ck_assert_uint_eq(decide("doc", &req, c, 3), 2);
+    c[1].overlap = 3;
+    ck_assert_uint_eq(decide("doc", &req, c, 3), 1);
+}
+END_TEST
+
 /* ==== Lua kv_cost and the C fallback agree (T = 0, random inputs) ============================ */
 
 static void random_case(struct kvr_ffi_request *req, struct kvr_ffi_candidate *c, size_t n,
@@ -451,6 +492,7 @@ Suite *policies_suite(void)
     tcase_add_test(api, load_policies_fixtures);
     tcase_add_test(api, round_robin_and_random_fixtures);
     tcase_add_test(api, session_affinity_fixtures);
+    tcase_add_test(api, documented_example_works);
     suite_add_tcase(s, api);
     TCase *oracle = tcase_create("oracle");
     tcase_add_checked_fixture(oracle, setup, teardown);
