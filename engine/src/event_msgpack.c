@@ -392,7 +392,7 @@ static int read_array(struct dec *d, uint32_t limit, const char *what, uint32_t 
 
 static int read_hashes(struct dec *d, struct kvr_emp_event *ev)
 {
-    uint32_t n;
+    uint32_t n = 0;
     if (read_array(d, d->lim.max_hashes, "hashes", &n) != KVR_OK)
         return KVR_ECORRUPT;
     ev->n_hashes = n;
@@ -427,7 +427,7 @@ static int token_value(struct dec *d, const struct kvr_mp_obj *o, uint32_t *out)
 /* token_ids: ints, or (SGLang EAGLE bigram) 2-element int arrays; one form per event. */
 static int read_tokens(struct dec *d, struct kvr_emp_event *ev)
 {
-    uint32_t n;
+    uint32_t n = 0;
     if (read_array(d, d->lim.max_tokens, "tokens", &n) != KVR_OK)
         return KVR_ECORRUPT;
     ev->n_tokens = n;
@@ -727,7 +727,7 @@ static int read_mm(struct dec *d, struct kvr_emp_event *ev, int which)
 {
     if (kvr_mp_peek(&d->r) == KVR_MP_NIL)
         return skip(d);
-    uint32_t nblocks;
+    uint32_t nblocks = 0;
     if (read_array(d, d->lim.max_hashes, "blocks", &nblocks) != KVR_OK)
         return KVR_ECORRUPT;
     struct kvr_mp start = d->r;
@@ -1071,7 +1071,7 @@ struct batch_tally {
 
 static int read_events(struct dec *d, struct batch_tally *tally)
 {
-    uint32_t n;
+    uint32_t n = 0;
     d->field = "events";
     if (read_array(d, d->lim.max_events, "events", &n) != KVR_OK)
         return KVR_ECORRUPT;

@@ -124,6 +124,12 @@ static void batch_head(msgpack_packer *p, uint32_t n)
     msgpack_pack_array(p, n);
 }
 
+static uint64_t lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *x >> 33;
+}
+
 /* ==== §9 vectors ============================================================================== */
 
 START_TEST(test_vector_v1)
@@ -1168,6 +1174,61 @@ START_TEST(test_bigram_tokens)
 }
 END_TEST
 
+/* Seeded byte mutations of the three vectors: every result is KVR_OK or KVR_ECORRUPT with an
+ * error kind and message, never a crash or a read past the frame (ASan builds). */
+START_TEST(test_random_mutations)
+{
+    static const char *const names[] = {"vllm_map_v1_blockstored.msgpack",
+                                        "vllm_map_v2_stored_removed_cleared.msgpack",
+                                        "legacy_array_v3_signed_hashes.msgpack"};
+    uint64_t seed = kvr_test_seed(0x4d55), x = seed;
+    struct fx f;
+    fx_init(&f);
+    size_t ok = 0, bad = 0;
+    for (int v = 0; v < 3; v++) {
+        size_t len;
+        uint8_t *orig = vector(names[v], &len);
+        for (int round = 0; round < 3000; round++) {
+            uint8_t *m = kvr_test_dup(orig, len);
+            int flips = 1 + (int)(lcg(&x) % 4);
+            for (int k = 0; k < flips; k++) {
+                size_t at = lcg(&x) % len;
+                switch (lcg(&x) % 3) {
+                case 0:
+                    m[at] = (uint8_t)lcg(&x);
+                    break;
+                case 1:
+                    m[at] ^= (uint8_t)(1u << (lcg(&x) % 8));
+                    break;
+                default: /* a container/str header byte with a big length */
+                    m[at] =
+                        (uint8_t[]){0xdc, 0xdd, 0xde, 0xdf, 0xda, 0xdb, 0xc6, 0xc1}[lcg(&x) % 8];
+                }
+            }
+            size_t cut = (lcg(&x) % 4 == 0) ? lcg(&x) % (len + 1) : len;
+            int rc = dec(&f, m, cut);
+            ck_assert_msg(rc == KVR_OK || rc == KVR_ECORRUPT, "seed %llu: rc %d",
+                          (unsigned long long)seed, rc);
+            if (rc == KVR_OK) {
+                ok++;
+            } else {
+                bad++;
+                ck_assert_int_ne(f.kind, KVR_EMP_E_NONE);
+                ck_assert(f.err[0] != '\0');
+                ck_assert_uint_eq(f.b.n, 0);
+            }
+            free(m);
+        }
+        free(orig);
+    }
+    ck_assert_uint_gt(ok, 0);
+    ck_assert_uint_gt(bad, 0);
+    ck_assert_uint_eq(f.c.batches, ok);
+    ck_assert_uint_eq(f.c.failed, bad);
+    fx_free(&f);
+}
+END_TEST
+
 /* ==== oom ==================================================================================== */
 
 START_TEST(test_oom_every_allocation)
@@ -1272,12 +1333,6 @@ static void assert_same_batch(const struct kvr_emp_batch *x, const struct kvr_em
                              a->mm_off[a->n_mm_blocks] * sizeof(uint64_t));
         }
     }
-}
-
-static uint64_t lcg(uint64_t *x)
-{
-    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
-    return *x >> 33;
 }
 
 /* A seeded pseudo-random batch using every optional field, through all three eras. */
@@ -1466,6 +1521,7 @@ Suite *event_msgpack_suite(void)
     tcase_add_test(edge, test_wrong_types);
     tcase_add_test(edge, test_bad_values_and_missing);
     tcase_add_test(edge, test_limits);
+    tcase_add_test(edge, test_random_mutations);
     suite_add_tcase(s, edge);
     TCase *oom = tcase_create("oom");
     tcase_add_test(oom, test_oom_every_allocation);
