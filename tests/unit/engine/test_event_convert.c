@@ -9,6 +9,7 @@
 #include "kvr/event_convert.h"
 #include "kvr/event_msgpack.h"
 #include "kvr/hash.h"
+#include "kvr/index.h"
 #include "vectors.h"
 
 #define DEADBEEF 0xDEADBEEFCAFEF00DULL
@@ -630,6 +631,118 @@ START_TEST(test_roundtrip_eras)
 }
 END_TEST
 
+/* ==== oracle: the documented effects of the §9 vectors on the index ========================= */
+
+/* Score of (W, rank) for `tokens` at block size bs (0 when absent). */
+static uint32_t score(kvr_index_t *idx, const uint32_t *tokens, size_t n, uint32_t bs,
+                      uint32_t rank)
+{
+    uint64_t local[16];
+    size_t nb;
+    struct kvr_match m[8];
+    size_t nm;
+    ck_assert_int_eq(kvr_hash_blocks(tokens, n, bs, NULL, local, 16, &nb), KVR_OK);
+    ck_assert_int_eq(kvr_index_find_matches(idx, local, nb, 0, m, 8, &nm), KVR_OK);
+    for (size_t k = 0; k < nm; k++)
+        if (m[k].worker_id == W && m[k].dp_rank == rank)
+            return m[k].blocks;
+    return 0;
+}
+
+static void apply_all(kvr_index_t *idx, struct fx *f, int *results)
+{
+    kvr_index_apply_batch(idx, f->out.ev, f->out.n, results);
+    kvr_event_list_reset(&f->out);
+}
+
+/* V1 then V2 under the Dynamo rank rule: V2 targets (W,1), which never stored the parent. */
+START_TEST(test_effects_v1_v2_dynamo_rank)
+{
+    const uint32_t t1_12[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    kvr_index_t *idx;
+    struct fx f;
+    int res[3];
+    ck_assert_int_eq(kvr_index_new(NULL, &idx), KVR_OK);
+    fx_init(&f, 4, 0);
+    decode_vector(&f, "vllm_map_v1_blockstored.msgpack");
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    apply_all(idx, &f, res);
+    ck_assert_int_eq(res[0], KVR_OK);
+    ck_assert_uint_eq(score(idx, t1_12, 4, 4, 0), 1);
+    decode_vector(&f, "vllm_map_v2_stored_removed_cleared.msgpack");
+    ck_assert_int_eq(convert(&f, 1), KVR_OK);
+    apply_all(idx, &f, res);
+    ck_assert_int_eq(res[0], KVR_EPARENT);            /* the store is rejected whole */
+    ck_assert_int_eq(res[1], KVR_ENOBLOCK);           /* the removal is unknown */
+    ck_assert_int_eq(res[2], KVR_OK);                 /* the clear empties (W,1) only */
+    ck_assert_uint_eq(score(idx, t1_12, 4, 4, 0), 1); /* (W,0) still holds it */
+    ck_assert_uint_eq(score(idx, t1_12, 12, 4, 0), 1);
+    fx_free(&f);
+    kvr_index_free(idx);
+}
+END_TEST
+
+/* V2 re-encoded with rank 0 (same rank as V1): blocks chain under the parent; removing the
+ * parent leaves holes (score 0); the clear empties the rank. */
+START_TEST(test_effects_v2_same_rank)
+{
+    const uint32_t t1_12[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    kvr_index_t *idx;
+    struct fx f;
+    int res[3];
+    ck_assert_int_eq(kvr_index_new(NULL, &idx), KVR_OK);
+    fx_init(&f, 4, 0);
+    decode_vector(&f, "vllm_map_v1_blockstored.msgpack");
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    apply_all(idx, &f, res);
+    decode_vector(&f, "vllm_map_v2_stored_removed_cleared.msgpack");
+    f.b.dp_rank = 0; /* the re-encoding: only the batch rank differs */
+    ck_assert_int_eq(convert(&f, 1), KVR_OK);
+    ck_assert_uint_eq(f.out.n, 3);
+    kvr_index_apply_batch(idx, f.out.ev, 1, res); /* the store alone */
+    ck_assert_int_eq(res[0], KVR_OK);
+    ck_assert_uint_eq(score(idx, t1_12, 12, 4, 0), 3);
+    kvr_index_apply_batch(idx, f.out.ev + 1, 1, res); /* remove the parent */
+    ck_assert_int_eq(res[0], KVR_OK);
+    ck_assert_uint_eq(score(idx, t1_12, 12, 4, 0), 0);
+    kvr_index_apply_batch(idx, f.out.ev + 2, 1, res); /* clear */
+    ck_assert_int_eq(res[0], KVR_OK);
+    struct kvr_index_stats st;
+    kvr_index_stats(idx, &st);
+    ck_assert_uint_eq(st.counters.events[KVR_EVENT_CLEARED], 1);
+    kvr_event_list_reset(&f.out);
+    fx_free(&f);
+    kvr_index_free(idx);
+}
+END_TEST
+
+/* V3 at block size 1: a root chain of two blocks; removing the first leaves a hole; the clear
+ * empties the rank. */
+START_TEST(test_effects_v3)
+{
+    const uint32_t t[] = {100, 200};
+    kvr_index_t *idx;
+    struct fx f;
+    int res[3];
+    ck_assert_int_eq(kvr_index_new(NULL, &idx), KVR_OK);
+    fx_init(&f, 1, 0);
+    decode_vector(&f, "legacy_array_v3_signed_hashes.msgpack");
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    kvr_index_apply_batch(idx, f.out.ev, 1, res);
+    ck_assert_int_eq(res[0], KVR_OK);
+    ck_assert_uint_eq(score(idx, t, 2, 1, 0), 2);
+    kvr_index_apply_batch(idx, f.out.ev + 1, 1, res);
+    ck_assert_int_eq(res[0], KVR_OK);
+    ck_assert_uint_eq(score(idx, t, 2, 1, 0), 0);
+    kvr_index_apply_batch(idx, f.out.ev + 2, 1, res);
+    ck_assert_int_eq(res[0], KVR_OK);
+    ck_assert_uint_eq(score(idx, t, 2, 1, 0), 0);
+    kvr_event_list_reset(&f.out);
+    fx_free(&f);
+    kvr_index_free(idx);
+}
+END_TEST
+
 /* Scratch allocation failure: KVR_ENOMEM, the output list as before. */
 START_TEST(test_oom_scratch)
 {
@@ -679,6 +792,9 @@ Suite *event_convert_suite(void)
     suite_add_tcase(s, edge);
     TCase *oracle = tcase_create("oracle");
     tcase_add_test(oracle, test_roundtrip_eras);
+    tcase_add_test(oracle, test_effects_v1_v2_dynamo_rank);
+    tcase_add_test(oracle, test_effects_v2_same_rank);
+    tcase_add_test(oracle, test_effects_v3);
     suite_add_tcase(s, oracle);
     TCase *oom = tcase_create("oom");
     tcase_add_test(oom, test_oom_scratch);
