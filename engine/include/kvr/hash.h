@@ -36,19 +36,20 @@ struct kvr_block_mm {
 };
 
 struct kvr_hash_opts {
-    uint64_t seed;                   /* 0 means KVR_HASH_SEED; use kvr_hash_salt for salts */
-    int eagle;                       /* non-zero: windows of block_size + 1 tokens */
-    const struct kvr_block_mm *mm;   /* per-block info, indexed by block; may be NULL */
-    size_t n_mm_blocks;              /* entries in mm (blocks beyond have none) */
+    uint64_t seed;                 /* 0 means KVR_HASH_SEED; use kvr_hash_salt for salts */
+    int eagle;                     /* non-zero: windows of block_size + 1 tokens */
+    const struct kvr_block_mm *mm; /* per-block info, indexed by block; may be NULL */
+    size_t n_mm_blocks;            /* entries in mm (blocks beyond have none) */
 };
 
 /* Number of complete blocks `n_tokens` tokens make at this block size (0 if block_size == 0). */
 size_t kvr_hash_block_count(size_t n_tokens, uint32_t block_size, int eagle);
 
-/* Computes the local block hashes of `tokens` (borrowed) into out[0..cap). Sets *n_out to the
- * block count. Returns KVR_OK, KVR_ERANGE if cap is smaller than the block count (nothing
- * written beyond cap), or KVR_EINVAL if a block's mm info holds more than 64 hashes.
- * opts may be NULL (seed 1337, no Eagle, no mm). */
+/* Computes the local block hashes of `tokens` (borrowed) into out[0..cap) (borrowed, written).
+ * Sets *n_out to the block count in every case. Returns KVR_OK, KVR_ERANGE if cap is smaller than
+ * the block count, or KVR_EINVAL if a block's mm info holds more than 64 hashes (or a NULL array
+ * with n_mm > 0) or tokens/out is NULL while blocks are due; on any error nothing is written.
+ * opts (borrowed) may be NULL (seed 1337, no Eagle, no mm). */
 int kvr_hash_blocks(const uint32_t *tokens, size_t n_tokens, uint32_t block_size,
                     const struct kvr_hash_opts *opts, uint64_t *out, size_t cap, size_t *n_out);
 
