@@ -57,6 +57,17 @@ void kvr_ckf_index_config_init(struct kvr_ckf_index_config *cfg)
     cfg->max_levels = 16;
 }
 
+static uint64_t level0_buckets(const struct kvr_ckf_index_config *c)
+{
+    if (c->sizing == KVR_CKF_SIZING_GEN_A)
+        return kvr_ckf_buckets_for(c->expected_blocks_per_rank);
+    /* largest power of two B with 4 × B × load <= E */
+    uint64_t e = c->expected_blocks_per_rank, b = 2;
+    while (b < ((uint64_t)1 << 61) && (b * 2) * 4 <= e / c->max_load_pct * 100)
+        b *= 2;
+    return b;
+}
+
 int kvr_ckf_index_new(const struct kvr_ckf_index_config *cfg, kvr_ckf_index_t **out)
 {
     struct kvr_ckf_index_config c;
@@ -67,7 +78,8 @@ int kvr_ckf_index_new(const struct kvr_ckf_index_config *cfg, kvr_ckf_index_t **
     if (c.expected_blocks_per_rank == 0 || c.max_kicks == 0 ||
         c.max_kicks > KVR_CKF_MAX_KICKS_LIMIT || c.window == 0 || c.window > KVR_CKF_WINDOW ||
         c.lanes_per_table == 0 || c.lanes_per_table > KVR_CKF_LANES_MAX || c.max_load_pct < 50 ||
-        c.max_load_pct > 100 || c.max_levels == 0 || c.max_levels > KVR_CKF_INDEX_LEVELS_MAX)
+        c.max_load_pct > 100 || c.max_levels == 0 || c.max_levels > KVR_CKF_INDEX_LEVELS_MAX ||
+        (c.sizing != KVR_CKF_SIZING_COMPACT && c.sizing != KVR_CKF_SIZING_GEN_A))
         return KVR_EINVAL;
     kvr_alloc_t a;
     kvr_alloc_init(&a);
@@ -80,7 +92,7 @@ int kvr_ckf_index_new(const struct kvr_ckf_index_config *cfg, kvr_ckf_index_t **
         return KVR_ENOMEM;
     }
     idx->cfg = c;
-    idx->level0_buckets = kvr_ckf_buckets_for(c.expected_blocks_per_rank);
+    idx->level0_buckets = level0_buckets(&c);
     idx->alloc = a;
     *out = idx;
     return KVR_OK;

@@ -15,7 +15,12 @@
  *                          verification window W) -> kvr_match for every lane with depth > 0
  *
  * Sizing and growth (a documented policy; the addressing of every level is exactly ckf.md §3):
- *   - level 0 of a group has kvr_ckf_buckets_for(expected_blocks_per_rank) buckets (gen A);
+ *   - level 0 of a group is sized from expected_blocks_per_rank E:
+ *       KVR_CKF_SIZING_COMPACT (default): the largest power of two B0 with
+ *         4 × B0 × max_load_pct% <= E (at least 2): level 0 never exceeds the need, top-up levels
+ *         cover the rest (about 2.2-2.8 bytes per block once E blocks are held);
+ *       KVR_CKF_SIZING_GEN_A: kvr_ckf_buckets_for(E) (ckf.md §5 gen A: <= 80% load, the power-of-
+ *         two round-up costs 2.5-5 bytes per block, fewer false positives);
  *   - an insertion tries the levels in order, skipping those where the lane already holds
  *     max_load_pct % of the level's slots, and takes the first that accepts it (kick/rollback);
  *   - when none accepts, the group gains a level: pow2_ceil(total / 4) buckets while it has
@@ -58,6 +63,11 @@ typedef struct kvr_ckf_index kvr_ckf_index_t;
 
 #define KVR_CKF_INDEX_LEVELS_MAX 24u
 
+enum kvr_ckf_sizing {
+    KVR_CKF_SIZING_COMPACT = 0, /* level 0 rounded down, top-up levels (memory first) */
+    KVR_CKF_SIZING_GEN_A = 1,   /* level 0 = ckf.md §5 gen A (false-positive rate first) */
+};
+
 struct kvr_ckf_index_config {
     uint64_t expected_blocks_per_rank; /* sizes level 0 (gen A); > 0; default 16384 */
     uint64_t seed;                     /* addressing seed; default KVR_CKF_DEFAULT_SEED */
@@ -66,6 +76,7 @@ struct kvr_ckf_index_config {
     uint32_t lanes_per_table;          /* ranks per group, 1..16; default 16 */
     uint32_t max_load_pct;             /* per-level lane fill before moving on, 50..100; 90 */
     uint32_t max_levels;               /* 1..KVR_CKF_INDEX_LEVELS_MAX; default 16 */
+    int sizing;                        /* enum kvr_ckf_sizing; default KVR_CKF_SIZING_COMPACT */
     int translate;                     /* 0 canonical block_hash; 1 translate engine hashes */
 };
 

@@ -56,6 +56,20 @@ START_TEST(test_config)
     kvr_ckf_index_config_init(&cfg);
     cfg.expected_blocks_per_rank = 0;
     ck_assert_int_eq(kvr_ckf_index_new(&cfg, &idx), KVR_EINVAL);
+    kvr_ckf_index_config_init(&cfg);
+    cfg.sizing = 7;
+    ck_assert_int_eq(kvr_ckf_index_new(&cfg, &idx), KVR_EINVAL);
+    /* gen A sizing: ceil(5 × 1024 / 16) = 320 -> 512 buckets */
+    kvr_ckf_index_config_init(&cfg);
+    cfg.sizing = KVR_CKF_SIZING_GEN_A;
+    cfg.expected_blocks_per_rank = 1024;
+    ck_assert_int_eq(kvr_ckf_index_new(&cfg, &idx), KVR_OK);
+    struct kvr_block b = {1, 1};
+    ck_assert_int_eq(kvr_ckf_index_store(idx, 1, 0, NULL, &b, 1), KVR_OK);
+    struct kvr_ckf_index_stats st;
+    kvr_ckf_index_stats(idx, &st);
+    ck_assert_uint_eq(st.filter_bytes, 16 * 512 * 8);
+    kvr_ckf_index_free(idx);
     ck_assert_int_eq(kvr_ckf_index_new(NULL, &idx), KVR_OK);
     kvr_ckf_index_free(idx);
 }
@@ -100,7 +114,8 @@ START_TEST(test_canonical_vector)
     ck_assert_uint_eq(st.err_block, 1);
     ck_assert_uint_eq(st.groups, 1);
     ck_assert_uint_eq(st.levels, 1);
-    ck_assert_uint_eq(st.filter_bytes, 16 * 512 * 8); /* gen A: 1024 blocks -> 512 buckets */
+    /* compact sizing: largest B with 4 × B × 0.9 <= 1024 -> 256 buckets per lane */
+    ck_assert_uint_eq(st.filter_bytes, 16 * 256 * 8);
     ck_assert_uint_gt(st.exact_bytes, 0);
     kvr_ckf_index_free(idx);
 }
