@@ -5,9 +5,8 @@
  * the event. Hash values are exact u64 (spec/index.md §2.3).
  *
  *   RouterEvent ─┬─ worker_id, storage_tier, (residency_domain)
- *                └─ event: event_id, dp_rank, data ─┬─ stored  {parent_hash?, blocks[(block_hash, tokens_hash)]}
- *                                                   ├─ removed {block_hashes[]}
- *                                                   └─ cleared
+ *                └─ event: event_id, dp_rank, data ─┬─ stored  {parent_hash?, blocks[(block_hash,
+ * tokens_hash)]} ├─ removed {block_hashes[]} └─ cleared
  *
  * A rank is (worker_id, dp_rank): the unit of ownership everywhere.
  *   block_hash / parent_hash / removed hashes : external hashes (opaque, per rank)
@@ -50,14 +49,14 @@ struct kvr_block {
 
 struct kvr_event {
     uint64_t worker_id;
-    uint64_t event_id;        /* informative only; never used to reorder */
-    uint64_t parent_hash;     /* valid iff has_parent */
+    uint64_t event_id;    /* informative only; never used to reorder */
+    uint64_t parent_hash; /* valid iff has_parent */
     uint32_t dp_rank;
-    uint32_t start_position;  /* valid iff has_start_position */
-    uint8_t kind;             /* enum kvr_event_kind */
-    uint8_t tier;             /* enum kvr_tier */
-    uint8_t domain;           /* enum kvr_domain */
-    uint8_t has_parent;       /* stored: 0 = chain starts at the root */
+    uint32_t start_position; /* valid iff has_start_position */
+    uint8_t kind;            /* enum kvr_event_kind */
+    uint8_t tier;            /* enum kvr_tier */
+    uint8_t domain;          /* enum kvr_domain */
+    uint8_t has_parent;      /* stored: 0 = chain starts at the root */
     uint8_t has_start_position;
     uint8_t pad_[3];
     uint32_t n;               /* stored: number of blocks; removed: number of hashes */
@@ -86,8 +85,8 @@ void kvr_event_list_free(struct kvr_event_list *l);
 /* Drops all events but keeps capacity (arena memory is released). */
 void kvr_event_list_reset(struct kvr_event_list *l);
 
-/* Appends a copy of *ev (its arrays are copied into the list's arena; ev keeps ownership of its own).
- * Returns KVR_OK or KVR_ENOMEM (list unchanged). */
+/* Appends a copy of *ev (its arrays are copied into the list's arena; ev keeps ownership of its
+ * own). Returns KVR_OK or KVR_ENOMEM (list unchanged). */
 int kvr_event_list_push(struct kvr_event_list *l, const struct kvr_event *ev);
 
 /* Appends a new event whose array of `n` blocks (kind STORED) or hashes (kind REMOVED) is

@@ -43,16 +43,16 @@ struct kvr_index_config {
 };
 
 struct kvr_index_counters {
-    uint64_t events[4];        /* by kind: [KVR_EVENT_STORED], [REMOVED], [CLEARED]; [0] = other */
-    uint64_t blocks_stored;    /* blocks in applied store events */
-    uint64_t blocks_removed;   /* hashes in applied removal events */
-    uint64_t err_parent;       /* ParentBlockNotFound */
-    uint64_t err_block;        /* BlockNotFound (per missing hash) */
-    uint64_t err_invalid_seq;  /* InvalidBlockSequence */
-    uint64_t err_nomem;        /* AllocationFailed */
-    uint64_t err_other;        /* anything else (invalid arguments) */
-    uint64_t non_device;       /* events of another storage tier (not in the device index) */
-    uint64_t queries;          /* find_matches calls */
+    uint64_t events[4];       /* by kind: [KVR_EVENT_STORED], [REMOVED], [CLEARED]; [0] = other */
+    uint64_t blocks_stored;   /* blocks in applied store events */
+    uint64_t blocks_removed;  /* hashes in applied removal events */
+    uint64_t err_parent;      /* ParentBlockNotFound */
+    uint64_t err_block;       /* BlockNotFound (per missing hash) */
+    uint64_t err_invalid_seq; /* InvalidBlockSequence */
+    uint64_t err_nomem;       /* AllocationFailed */
+    uint64_t err_other;       /* anything else (invalid arguments) */
+    uint64_t non_device;      /* events of another storage tier (not in the device index) */
+    uint64_t queries;         /* find_matches calls */
 };
 
 struct kvr_index_stats {
@@ -87,8 +87,7 @@ int kvr_index_find_matches(kvr_index_t *idx, const uint64_t *locals, size_t n, u
 void kvr_index_stats(kvr_index_t *idx, struct kvr_index_stats *out);
 
 /* Per-rank block counts (read lock); as kvr_radix_rank_blocks. */
-int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t cap,
-                          size_t *n_out);
+int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t cap, size_t *n_out);
 
 /* Dumps the index as events (read lock held for the whole dump: a consistent cut).
  * Appends to *out (owned by the caller). */

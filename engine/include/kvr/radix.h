@@ -46,11 +46,11 @@
 typedef struct kvr_radix kvr_radix_t;
 
 struct kvr_radix_stats {
-    size_t nodes;            /* live nodes, root excluded */
-    size_t blocks;           /* blocks in live edges (tree positions) */
-    size_t block_ranks;      /* (block, rank) ownership entries = sum of per-rank blocks */
-    size_t ranks;            /* registered ranks */
-    size_t bytes;            /* bytes held by the tree (kvr_alloc accounting) */
+    size_t nodes;       /* live nodes, root excluded */
+    size_t blocks;      /* blocks in live edges (tree positions) */
+    size_t block_ranks; /* (block, rank) ownership entries = sum of per-rank blocks */
+    size_t ranks;       /* registered ranks */
+    size_t bytes;       /* bytes held by the tree (kvr_alloc accounting) */
     size_t peak_bytes;
 };
 

@@ -1,0 +1,309 @@
+/* test_index.c - the thread-safe index: API, counters, bounded chunks, and readers running
+ * concurrently with the writer (run under TSan in CI). */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvr/err.h"
+#include "kvr/index.h"
+
+static uint64_t mixh(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Document d: `len` locals; ext of position i = chain hash. */
+#define NDOCS 16
+#define DOCLEN 256
+#define NRANKS 6
+
+struct corpus {
+    uint64_t loc[NDOCS][DOCLEN];
+    uint64_t ext[NDOCS][DOCLEN];
+};
+
+static void corpus_init(struct corpus *c)
+{
+    for (int d = 0; d < NDOCS; d++) {
+        uint64_t h = 7;
+        for (int i = 0; i < DOCLEN; i++) {
+            /* docs share prefixes pairwise: doc d and d^1 agree on the first 64 blocks */
+            uint64_t l = i < 64 ? mixh((uint64_t)(d / 2) * 1000 + (uint64_t)i)
+                                : mixh((uint64_t)d * 100000 + (uint64_t)i);
+            c->loc[d][i] = l;
+            h = mixh(h ^ l) + 1;
+            c->ext[d][i] = h;
+        }
+    }
+}
+
+static int store_range(kvr_index_t *idx, const struct corpus *c, uint64_t w, int d, int s, int e)
+{
+    struct kvr_block b[DOCLEN];
+    for (int i = s; i < e; i++) {
+        b[i - s].tokens_hash = c->loc[d][i];
+        b[i - s].block_hash = c->ext[d][i];
+    }
+    struct kvr_event ev = {.worker_id = w,
+                           .kind = KVR_EVENT_STORED,
+                           .n = (uint32_t)(e - s),
+                           .blocks = b,
+                           .has_parent = s > 0,
+                           .parent_hash = s > 0 ? c->ext[d][s - 1] : 0};
+    return kvr_index_apply(idx, &ev);
+}
+
+static uint32_t score_of(kvr_index_t *idx, const uint64_t *q, size_t n, uint64_t w)
+{
+    struct kvr_match m[16];
+    size_t nm;
+    ck_assert_int_eq(kvr_index_find_matches(idx, q, n, 0, m, 16, &nm), KVR_OK);
+    for (size_t i = 0; i < nm; i++)
+        if (m[i].worker_id == w)
+            return m[i].blocks;
+    return 0;
+}
+
+START_TEST(api_counters_and_tiers)
+{
+    kvr_index_t *idx;
+    struct corpus *c = malloc(sizeof(*c));
+    corpus_init(c);
+    ck_assert_int_eq(kvr_index_new(NULL, &idx), KVR_OK);
+    ck_assert_int_eq(store_range(idx, c, 1, 0, 0, 10), KVR_OK);
+    ck_assert_int_eq(store_range(idx, c, 1, 0, 20, 30), KVR_EPARENT);
+    ck_assert_uint_eq(score_of(idx, c->loc[0], 10, 1), 10);
+    /* A host-tier event does not touch the device index. */
+    struct kvr_block b = {.block_hash = 5, .tokens_hash = 6};
+    struct kvr_event host = {.worker_id = 2,
+                             .kind = KVR_EVENT_STORED,
+                             .tier = KVR_TIER_HOST_PINNED,
+                             .n = 1,
+                             .blocks = &b};
+    ck_assert_int_eq(kvr_index_apply(idx, &host), KVR_OK);
+    uint64_t rmh[2] = {c->ext[0][9], 12345};
+    struct kvr_event rm = {.worker_id = 1, .kind = KVR_EVENT_REMOVED, .n = 2, .hashes = rmh};
+    ck_assert_int_eq(kvr_index_apply(idx, &rm), KVR_ENOBLOCK);
+    struct kvr_event clr = {.worker_id = 1, .kind = KVR_EVENT_CLEARED};
+    int res[2];
+    struct kvr_event batch[2] = {clr, rm};
+    ck_assert_uint_eq(kvr_index_apply_batch(idx, batch, 2, res), 1);
+    ck_assert_int_eq(res[0], KVR_OK);
+    ck_assert_int_eq(res[1], KVR_ENOBLOCK);
+    struct kvr_index_stats st;
+    kvr_index_stats(idx, &st);
+    ck_assert_uint_eq(st.counters.events[KVR_EVENT_STORED], 3);
+    ck_assert_uint_eq(st.counters.events[KVR_EVENT_REMOVED], 2);
+    ck_assert_uint_eq(st.counters.events[KVR_EVENT_CLEARED], 1);
+    ck_assert_uint_eq(st.counters.err_parent, 1);
+    ck_assert_uint_eq(st.counters.err_block, 3);
+    ck_assert_uint_eq(st.counters.non_device, 1);
+    ck_assert_uint_eq(st.counters.queries, 1);
+    ck_assert_uint_eq(st.radix.block_ranks, 0);
+    ck_assert_int_eq(kvr_index_remove_worker(idx, 1), KVR_OK);
+    ck_assert_int_eq(kvr_index_remove_worker(idx, 1), KVR_ENOTFOUND);
+    kvr_index_free(idx);
+    free(c);
+}
+END_TEST
+
+START_TEST(large_events_are_chunked)
+{
+    /* With a tiny hold bound, a 256-block store and removal apply in chunks, same result. */
+    struct kvr_index_config cfg = {.kind = KVR_INDEX_RADIX, .max_hold_blocks = 7};
+    kvr_index_t *idx, *ref;
+    struct corpus *c = malloc(sizeof(*c));
+    corpus_init(c);
+    ck_assert_int_eq(kvr_index_new(&cfg, &idx), KVR_OK);
+    ck_assert_int_eq(kvr_index_new(NULL, &ref), KVR_OK);
+    for (int d = 0; d < 4; d++) {
+        ck_assert_int_eq(store_range(idx, c, 1 + (uint64_t)d % 2, d, 0, DOCLEN), KVR_OK);
+        ck_assert_int_eq(store_range(ref, c, 1 + (uint64_t)d % 2, d, 0, DOCLEN), KVR_OK);
+    }
+    uint64_t rmh[100];
+    for (int i = 0; i < 100; i++)
+        rmh[i] = c->ext[0][DOCLEN - 1 - i];
+    struct kvr_event rm = {.worker_id = 1, .kind = KVR_EVENT_REMOVED, .n = 100, .hashes = rmh};
+    ck_assert_int_eq(kvr_index_apply(idx, &rm), KVR_OK);
+    ck_assert_int_eq(kvr_index_apply(ref, &rm), KVR_OK);
+    for (int d = 0; d < 4; d++)
+        for (uint64_t w = 1; w <= 2; w++)
+            ck_assert_uint_eq(score_of(idx, c->loc[d], DOCLEN, w),
+                              score_of(ref, c->loc[d], DOCLEN, w));
+    ck_assert_uint_eq(score_of(idx, c->loc[0], DOCLEN, 1), DOCLEN - 100);
+    struct kvr_event_list a, b;
+    kvr_event_list_init(&a);
+    kvr_event_list_init(&b);
+    ck_assert_int_eq(kvr_index_dump(idx, &a), KVR_OK);
+    ck_assert_int_eq(kvr_index_dump(ref, &b), KVR_OK);
+    ck_assert_uint_eq(a.n, b.n);
+    kvr_event_list_free(&a);
+    kvr_event_list_free(&b);
+    kvr_index_free(idx);
+    kvr_index_free(ref);
+    free(c);
+}
+END_TEST
+
+/* ==== concurrency =========================================================================== */
+
+struct shared {
+    kvr_index_t *idx;
+    const struct corpus *c;
+    atomic_int phase; /* 0 running stores, 1 running removals, 2 done */
+    atomic_int failures;
+};
+
+struct reader {
+    struct shared *sh;
+    uint64_t seed;
+    uint32_t last[2][NDOCS][NRANKS]; /* last score seen in each phase */
+    uint32_t lo[NDOCS][NRANKS];      /* minimum seen in the removal phase */
+    uint64_t queries;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *r = arg;
+    uint64_t s = r->seed;
+    memset(r->lo, 0xff, sizeof(r->lo));
+    for (;;) {
+        int phase = atomic_load(&r->sh->phase);
+        if (phase == 2)
+            break;
+        s = mixh(s + 1);
+        int d = (int)(s % NDOCS);
+        struct kvr_match m[16];
+        size_t nm;
+        if (kvr_index_find_matches(r->sh->idx, r->sh->c->loc[d], DOCLEN, 0, m, 16, &nm) != KVR_OK) {
+            atomic_fetch_add(&r->sh->failures, 1);
+            continue;
+        }
+        r->queries++;
+        uint32_t got[NRANKS] = {0};
+        for (size_t i = 0; i < nm; i++) {
+            if (m[i].worker_id == 0 || m[i].worker_id > NRANKS || m[i].blocks > DOCLEN) {
+                atomic_fetch_add(&r->sh->failures, 1);
+                continue;
+            }
+            got[m[i].worker_id - 1] = m[i].blocks;
+        }
+        /* The phase may have moved on during the query: re-read it and only judge queries
+         * that started and ended in the same phase. */
+        if (atomic_load(&r->sh->phase) != phase)
+            continue;
+        for (int w = 0; w < NRANKS; w++) {
+            if (phase == 0) {
+                if (got[w] < r->last[0][d][w]) /* stores only: never decreases */
+                    atomic_fetch_add(&r->sh->failures, 1);
+                r->last[0][d][w] = got[w];
+            } else {
+                if (r->lo[d][w] != UINT32_MAX && got[w] > r->lo[d][w]) /* removals: never grows */
+                    atomic_fetch_add(&r->sh->failures, 1);
+                if (got[w] < r->lo[d][w])
+                    r->lo[d][w] = got[w];
+                r->last[1][d][w] = got[w];
+            }
+        }
+    }
+    return NULL;
+}
+
+START_TEST(readers_concurrent_with_writer)
+{
+    struct kvr_index_config cfg = {.kind = KVR_INDEX_RADIX, .max_hold_blocks = 32};
+    struct corpus *c = malloc(sizeof(*c));
+    corpus_init(c);
+    struct shared sh = {.c = c};
+    ck_assert_int_eq(kvr_index_new(&cfg, &sh.idx), KVR_OK);
+    atomic_init(&sh.phase, 0);
+    atomic_init(&sh.failures, 0);
+    enum { NREADERS = 3 };
+    struct reader *rd = calloc(NREADERS, sizeof(*rd));
+    pthread_t th[NREADERS];
+    for (int i = 0; i < NREADERS; i++) {
+        rd[i].sh = &sh;
+        rd[i].seed = (uint64_t)i * 77 + 1;
+        ck_assert_int_eq(pthread_create(&th[i], NULL, reader_main, &rd[i]), 0);
+    }
+    /* Phase 0: every rank stores every doc in increments of 16 blocks. */
+    for (int step = 0; step < DOCLEN / 16; step++)
+        for (int d = 0; d < NDOCS; d++)
+            for (uint64_t w = 1; w <= NRANKS; w++)
+                if ((d + (int)w) % 3 != 0)
+                    ck_assert_int_eq(store_range(sh.idx, c, w, d, step * 16, step * 16 + 16),
+                                     KVR_OK);
+    uint32_t full[NDOCS][NRANKS];
+    for (int d = 0; d < NDOCS; d++)
+        for (uint64_t w = 1; w <= NRANKS; w++)
+            full[d][w - 1] = score_of(sh.idx, c->loc[d], DOCLEN, w);
+    atomic_store(&sh.phase, 1);
+    /* Phase 1: tail removals in runs of 8 blocks, children first. */
+    for (int step = DOCLEN / 8 - 1; step >= 8; step--) {
+        for (int d = 0; d < NDOCS; d++) {
+            for (uint64_t w = 1; w <= NRANKS; w++) {
+                if ((d + (int)w) % 3 == 0)
+                    continue;
+                uint64_t h[8];
+                for (int i = 0; i < 8; i++)
+                    h[i] = c->ext[d][step * 8 + 7 - i];
+                struct kvr_event rm = {
+                    .worker_id = w, .kind = KVR_EVENT_REMOVED, .n = 8, .hashes = h};
+                (void)kvr_index_apply(sh.idx, &rm);
+            }
+        }
+    }
+    uint32_t after[NDOCS][NRANKS];
+    for (int d = 0; d < NDOCS; d++)
+        for (uint64_t w = 1; w <= NRANKS; w++)
+            after[d][w - 1] = score_of(sh.idx, c->loc[d], DOCLEN, w);
+    atomic_store(&sh.phase, 2);
+    uint64_t queries = 0;
+    for (int i = 0; i < NREADERS; i++) {
+        pthread_join(th[i], NULL);
+        queries += rd[i].queries;
+        for (int d = 0; d < NDOCS; d++)
+            for (int w = 0; w < NRANKS; w++) {
+                ck_assert_uint_le(rd[i].last[0][d][w], full[d][w]);
+                if (rd[i].lo[d][w] != UINT32_MAX)
+                    ck_assert_uint_ge(rd[i].lo[d][w], after[d][w]);
+            }
+    }
+    ck_assert_int_eq(atomic_load(&sh.failures), 0);
+    ck_assert_uint_gt(queries, 0);
+    for (int d = 0; d < NDOCS; d++)
+        for (int w = 0; w < NRANKS; w++) {
+            /* rank w+1 stores doc d unless (d + w + 1) % 3 == 0; docs d and d^1 share 64. */
+            int own = (d + w + 1) % 3 != 0, sib = ((d ^ 1) + w + 1) % 3 != 0;
+            ck_assert_uint_eq(full[d][w], own ? DOCLEN : (sib ? 64 : 0));
+            ck_assert_uint_eq(after[d][w], own || sib ? 64 : 0);
+        }
+    fprintf(stderr, "index concurrency: %llu reader queries during writes\n",
+            (unsigned long long)queries);
+    kvr_index_free(sh.idx);
+    free(rd);
+    free(c);
+}
+END_TEST
+
+Suite *index_suite(void);
+
+Suite *index_suite(void)
+{
+    Suite *s = suite_create("index");
+    TCase *tc = tcase_create("api");
+    tcase_add_test(tc, api_counters_and_tiers);
+    tcase_add_test(tc, large_events_are_chunked);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("concurrency");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, readers_concurrent_with_writer);
+    suite_add_tcase(s, tc);
+    return s;
+}
