@@ -1,6 +1,7 @@
 /* test_ckf_frame.c - CKF1 frames, rejection rules and the consumer lane state machine
  * (engine/src/ckf_frame.c). SPDX-License-Identifier: Apache-2.0 */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,6 +473,78 @@ START_TEST(test_chunk_order)
 }
 END_TEST
 
+/* ==== concurrency ============================================================================= */
+
+struct feed_ctx {
+    kvr_ckf_consumer_t *c;
+    uint64_t stable[24]; /* held by lane 0's producer throughout */
+    _Atomic int stop;
+};
+
+static void *searcher(void *arg)
+{
+    struct feed_ctx *fc = arg;
+    long rounds = 0;
+    while (!atomic_load(&fc->stop) || rounds < 50) {
+        uint32_t d[16];
+        kvr_ckf_consumer_search(fc->c, fc->stable, 24, 8, d);
+        /* lane 0 is ready from the start and its stable chain is never removed */
+        ck_assert_uint_ge(d[0], 24);
+        rounds++;
+    }
+    return NULL;
+}
+
+/* One writer feeds deltas (lane 0) and repeated snapshots/retirements (lane 1) while readers
+ * search: no data race (run under TSan), no false negative on a READY lane. */
+START_TEST(test_concurrent_feed_and_search)
+{
+    static struct feed_ctx fc;
+    uint64_t seed = kvr_test_seed(8080);
+    struct kvr_test_rng r = {seed};
+    ck_assert_int_eq(kvr_ckf_consumer_new(2, 256, KVR_CKF_DEFAULT_SEED, &fc.c), KVR_OK);
+    atomic_store(&fc.stop, 0);
+    struct pipe p0, p1;
+    pipe_init(&p0, 256, 1);
+    pipe_init(&p1, 256, 2);
+    kvr_ckf_consumer_bind(fc.c, 0, 1);
+    kvr_ckf_consumer_bind(fc.c, 1, 2);
+    for (int i = 0; i < 24; i++)
+        fc.stable[i] = kvr_test_next(&r);
+    ck_assert_int_eq(kvr_ckf_producer_store(p0.p, 9, 0, fc.stable, 24, NULL), KVR_OK);
+    cut_delta(&p0);
+    ck_assert_int_eq(feed_snapshot(fc.c, 0, &p0), KVR_OK);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, searcher, &fc), 0);
+    uint64_t ring[128];
+    for (int i = 0; i < 4000; i++) {
+        uint64_t h;
+        if (i >= 128) {
+            h = ring[i % 128];
+            kvr_ckf_producer_remove(p0.p, 1, 0, &h, 1, NULL);
+        }
+        h = ring[i % 128] = kvr_test_next(&r);
+        kvr_ckf_producer_store(p0.p, 1, 0, &h, 1, NULL);
+        size_t len = cut_delta(&p0);
+        ck_assert_int_eq(kvr_ckf_consumer_feed(fc.c, 0, p0.buf, len, NULL), KVR_OK);
+        kvr_ckf_producer_store(p1.p, 1, 0, &h, 1, NULL);
+        len = cut_delta(&p1);
+        if (i % 50 == 0) /* lane 1: resnapshot, and every other time lose a delta */
+            feed_snapshot(fc.c, 1, &p1);
+        else if (i % 100 != 25)
+            kvr_ckf_consumer_feed(fc.c, 1, p1.buf, len, NULL);
+    }
+    atomic_store(&fc.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    assert_lane_equals(fc.c, 0, &p0, seed);
+    pipe_free(&p0);
+    pipe_free(&p1);
+    kvr_ckf_consumer_free(fc.c);
+}
+END_TEST
+
 Suite *ckf_frame_suite(void)
 {
     Suite *s = suite_create("ckf_frame");
@@ -489,5 +562,9 @@ Suite *ckf_frame_suite(void)
     tcase_set_timeout(oracle, 300);
     tcase_add_test(oracle, test_convergence);
     suite_add_tcase(s, oracle);
+    TCase *conc = tcase_create("concurrency");
+    tcase_set_timeout(conc, 300);
+    tcase_add_test(conc, test_concurrent_feed_and_search);
+    suite_add_tcase(s, conc);
     return s;
 }
