@@ -4,11 +4,14 @@
  *   kvr-ckf-bench [micro] [--buckets N] [--seed S]
  *       insertion success rate vs load, probes/s (1 and 16 lanes), 16-lane prefix searches/s
  *       (search and linear reference), bytes per block
- *   kvr-ckf-bench replay FILE [--expected N] [--translate] [--gen-a] [--max-load PCT] [--window W]
+ *   kvr-ckf-bench replay FILE [--expected N] [--translate] [--gen-a] [--max-load PCT]
+ *                             [--window W] [--check]
  *       replays an op stream (spec/opstream.md) into the CKF index; every match is compared
  *       with its expect: per query, an undercount (some worker below expect) or an overcount
  *       (some worker above) is counted and reported, never a failure. Exit status 0 unless the
- *       file cannot be read or parsed.
+ *       file cannot be read or parsed, or --check is given and the acceptance bar (0
+ *       undercounting queries, <= 0.1% overcounting queries, <= 3 bytes per block, no omission)
+ *       is missed (exit 1).
  *
  * Figures: "filter bytes" are the bucket words of every CKF table (the compact index);
  * "bytes per block" = filter bytes / (rank, block) entries held at the end; the exact side
@@ -346,7 +349,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 static int replay(const char *path, uint64_t expected, int translate, int gen_a, uint32_t max_load,
-                  uint32_t window)
+                  uint32_t window, int check)
 {
     FILE *fp = fopen(path, "r");
     if (fp == NULL) {
@@ -467,18 +470,29 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
            "%.0f block ops/s overall\n",
            t_apply, (double)events / t_apply, t_query, (double)queries / t_query, p99 * 1e6,
            (double)block_ops / (t_apply + t_query));
+    int status = 0;
+    if (check) {
+        /* the acceptance bar of the CKF index mode on the Mooncake conversation stream */
+        double over_pct = queries ? 100.0 * (double)over_q / (double)queries : 0.0;
+        double bpb = st.blocks ? (double)st.filter_bytes / (double)st.blocks : 0.0;
+        int ok = under_q == 0 && over_pct <= 0.1 && bpb <= 3.0 && st.omissions == 0;
+        printf("  check (0 undercounts, <= 0.1%% overcounting queries, <= 3 bytes per block): "
+               "%s\n",
+               ok ? "PASS" : "FAIL");
+        status = ok ? 0 : 1;
+    }
     free(lat);
     free(p.u64);
     free(p.blocks);
     kvr_ckf_index_free(idx);
-    return 0;
+    return status;
 }
 
 int main(int argc, char **argv)
 {
     uint64_t nb = 1u << 16, seed = 1, expected = 16384;
     uint32_t max_load = 0, window = 0;
-    int translate = 0, gen_a = 0;
+    int translate = 0, gen_a = 0, check = 0;
     const char *mode = "micro", *file = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--buckets") == 0 && i + 1 < argc)
@@ -495,6 +509,8 @@ int main(int argc, char **argv)
             translate = 1;
         else if (strcmp(argv[i], "--gen-a") == 0)
             gen_a = 1;
+        else if (strcmp(argv[i], "--check") == 0)
+            check = 1;
         else if (strcmp(argv[i], "micro") == 0 || strcmp(argv[i], "replay") == 0)
             mode = argv[i];
         else if (file == NULL && argv[i][0] != '-')
@@ -502,7 +518,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: kvr-ckf-bench [micro] [--buckets N] [--seed S]\n"
                             "       kvr-ckf-bench replay FILE [--expected N] [--translate] "
-                            "[--gen-a] [--max-load PCT] [--window W]\n");
+                            "[--gen-a] [--max-load PCT] [--window W] [--check]\n");
             return 2;
         }
     }
@@ -511,7 +527,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "kvr-ckf-bench: replay needs an op-stream file\n");
             return 2;
         }
-        return replay(file, expected, translate, gen_a, max_load, window);
+        return replay(file, expected, translate, gen_a, max_load, window, check);
     }
     if (!kvr_ckf_buckets_valid(nb)) {
         fprintf(stderr, "kvr-ckf-bench: --buckets must be a power of two >= 2\n");
