@@ -29,6 +29,7 @@ struct rank {
 struct group {
     kvr_ckf_table_t *levels[KVR_CKF_INDEX_LEVELS_MAX]; /* each with its own allocator */
     uint32_t nlevels;
+    uint32_t lanes;                      /* lanes of every level (1..lanes_per_table) */
     uint16_t used;                       /* bound lanes */
     uint32_t rank_of[KVR_CKF_LANES_MAX]; /* rank index of each bound lane */
 };
@@ -149,13 +150,49 @@ static int add_level(kvr_ckf_index_t *idx, struct group *g)
     if (g->nlevels >= idx->cfg.max_levels)
         return KVR_ECAPACITY;
     uint64_t nb = g->nlevels == 0 ? idx->level0_buckets : level_buckets(g);
-    int rc = kvr_ckf_table_new(idx->cfg.lanes_per_table, nb, idx->cfg.seed, &g->levels[g->nlevels]);
+    int rc = kvr_ckf_table_new(g->lanes, nb, idx->cfg.seed, &g->levels[g->nlevels]);
     if (rc != KVR_OK)
         return rc == KVR_EINVAL ? KVR_ECAPACITY : rc;
     if (g->nlevels > 0)
         idx->st.growths++;
     g->nlevels++;
     return KVR_OK;
+}
+
+/* Doubles the lanes of every level of a group (up to lanes_per_table), copying each lane's
+ * column: groups start with one lane so that a model with few ranks pays only for its ranks.
+ * All or nothing: KVR_OK or KVR_ENOMEM (group unchanged). Writers only (under the write lock). */
+static int widen(kvr_ckf_index_t *idx, struct group *g)
+{
+    uint32_t lanes =
+        g->lanes * 2 < idx->cfg.lanes_per_table ? g->lanes * 2 : idx->cfg.lanes_per_table;
+    kvr_ckf_table_t *wide[KVR_CKF_INDEX_LEVELS_MAX];
+    for (uint32_t l = 0; l < g->nlevels; l++) {
+        uint64_t nb = kvr_ckf_table_buckets(g->levels[l]);
+        if (kvr_ckf_table_new(lanes, nb, idx->cfg.seed, &wide[l]) != KVR_OK) {
+            while (l > 0)
+                kvr_ckf_table_free(wide[--l]);
+            return KVR_ENOMEM;
+        }
+        for (uint32_t lane = 0; lane < g->lanes; lane++) {
+            struct kvr_ckf_view from, to;
+            kvr_ckf_table_view(g->levels[l], lane, &from);
+            kvr_ckf_table_view(wide[l], lane, &to);
+            for (uint64_t b = 0; b < nb; b++)
+                kvr_ckf_view_put(&to, b, kvr_ckf_view_get(&from, b));
+        }
+    }
+    for (uint32_t l = 0; l < g->nlevels; l++) {
+        kvr_ckf_table_free(g->levels[l]);
+        g->levels[l] = wide[l];
+    }
+    g->lanes = lanes;
+    return KVR_OK;
+}
+
+static uint16_t lane_mask(uint32_t lanes)
+{
+    return (uint16_t)((1u << lanes) - 1);
 }
 
 /* Finds or registers a rank; binds a free lane (creating a group if needed). The pointer is
@@ -176,10 +213,20 @@ static int get_rank(kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank, 
         idx->ranks = rs;
         idx->cap_ranks = cap;
     }
-    const uint16_t full = (uint16_t)((1u << idx->cfg.lanes_per_table) - 1);
+    /* a free lane; else a group that can widen; else a new one-lane group */
     size_t gi = 0;
-    while (gi < idx->n_groups && idx->groups[gi].used == full)
+    while (gi < idx->n_groups && idx->groups[gi].used == lane_mask(idx->groups[gi].lanes))
         gi++;
+    if (gi == idx->n_groups) {
+        gi = 0;
+        while (gi < idx->n_groups && idx->groups[gi].lanes == idx->cfg.lanes_per_table)
+            gi++;
+        if (gi < idx->n_groups) {
+            int rc = widen(idx, &idx->groups[gi]);
+            if (rc != KVR_OK)
+                return rc;
+        }
+    }
     if (gi == idx->n_groups) {
         if (idx->n_groups == idx->cap_groups) {
             size_t cap = idx->cap_groups ? idx->cap_groups * 2 : 4;
@@ -191,6 +238,7 @@ static int get_rank(kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank, 
         }
         struct group *g = &idx->groups[gi];
         memset(g, 0, sizeof(*g));
+        g->lanes = 1;
         int rc = add_level(idx, g);
         if (rc != KVR_OK)
             return rc == KVR_ECAPACITY ? KVR_ENOMEM : rc;

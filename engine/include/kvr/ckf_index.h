@@ -2,8 +2,10 @@
  * answering find_matches like the radix index (spec/ckf.md §1, §2, §7, §8; index.md §3).
  * SPDX-License-Identifier: Apache-2.0
  *
- * Design. Ranks (worker_id, dp_rank) are bound to lanes of 16-lane GROUPS; a group is a stack
- * of transposed tables ("levels") that all its lanes share:
+ * Design. Ranks (worker_id, dp_rank) are bound to lanes of GROUPS of up to 16 lanes; a group is
+ * a stack of transposed tables ("levels") that all its lanes share. A group starts with one lane
+ * and doubles its lanes (copying every column) when a rank needs one, up to lanes_per_table, so
+ * a model with few ranks pays only for its ranks:
  *
  *   group 0: ranks (1,0) (2,0) ... (16,0)        group 1: ranks 17.. (more than 16 ranks)
  *   ┌ level 0: kvr_ckf_table, B0 buckets ┐       ┌ level 0 ┐
