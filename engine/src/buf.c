@@ -1,4 +1,7 @@
-/* buf.c - growable byte buffer (see kvr/buf.h). */
+/* buf.c - growable byte buffer (see kvr/buf.h).
+ *
+ * Static helpers borrow every pointer they take and return nothing owned, unless their comment says
+ * otherwise. */
 #include "kvr/buf.h"
 
 #include <string.h>

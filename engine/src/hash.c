@@ -1,5 +1,8 @@
 /* hash.c - Dynamo-compatible block hashing (see kvr/hash.h and spec/hashing.md).
  *
+ * Static helpers borrow every pointer they take and return nothing owned, unless their comment says
+ * otherwise.
+ *
  * Why two paths: the specification hashes tokens as concatenated le32 words. On a little-endian
  * host the u32 array already is that byte string, so plain blocks are hashed in one XXH3 call on
  * the caller's memory. Every other case (big-endian hosts, multimodal blocks whose bytes continue

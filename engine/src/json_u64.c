@@ -1,5 +1,8 @@
 /* json_u64.c - validating pre-scan of JSON text and exact integer field readers
- * (see kvr/json_u64.h). */
+ * (see kvr/json_u64.h).
+ *
+ * Static helpers borrow every pointer they take and return nothing owned, unless their comment says
+ * otherwise. */
 #include "kvr/json_u64.h"
 
 #include <json-c/json.h>

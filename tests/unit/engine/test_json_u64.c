@@ -134,10 +134,8 @@ START_TEST(scan_depth)
     struct kvr_json_scan s;
     kvr_json_scan_init(&s, NULL);
     for (int depth = KVR_JSON_MAX_DEPTH; depth <= KVR_JSON_MAX_DEPTH + 1; depth++) {
-        for (int i = 0; i < depth; i++) {
-            text[i] = '[';
-            text[depth + i] = ']';
-        }
+        memset(text, '[', (size_t)depth);
+        memset(text + depth, ']', (size_t)depth);
         text[2 * depth] = '\0';
         int rc = kvr_json_scan(&s, text, strlen(text), 0);
         if (depth <= KVR_JSON_MAX_DEPTH) {

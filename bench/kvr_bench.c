@@ -1,0 +1,592 @@
+/* kvr_bench.c - kvr-bench: op-stream replay through the index API, verified and timed.
+ *
+ *   kvr-bench index OPS_FILE [--index radix|ckf] [--readers N] [--repeat R] [--dump-every N]
+ *   kvr-bench stats OPS_FILE
+ *
+ * `index` loads the stream (spec/opstream.md), then replays it on one thread through
+ * kvr/index.h: events with kvr_index_apply, match lines with kvr_index_find_matches
+ * (early_exit off), each result checked EXACTLY against `expect` (dp_rank 0, zeros omitted).
+ * The whole replay is timed with CLOCK_MONOTONIC (load excluded), every find_matches call too.
+ *   --repeat R      R replays into fresh indexes; the run with the median time is reported
+ *   --dump-every N  every N lines: dump the index, replay the dump into a fresh index and go on
+ *                   with it (spec/opstream.md §4.5; dump time is excluded from the replay time)
+ *   --readers N     afterwards, one more replay: one writer thread applies the events while N
+ *                   reader threads run the stream's queries in a loop (unchecked) until it ends
+ * Output: human-readable lines, then one JSON object as the LAST line. Units (§5): ops = match
+ * lines + event lines; block ops = hashes in matches + blocks in stores + hashes in removals.
+ * Exit: 0 verified; 1 a mismatch, an event error of kind ParentBlockNotFound / BlockNotFound /
+ * InvalidBlockSequence, or a failed dump replay; 2 usage (or an index kind not available);
+ * 3 load or runtime failure.
+ *
+ * `stats` prints the stream's totals exactly like `kvtrace.py stats` (loader check, no index).
+ *
+ * Static helpers borrow every pointer they take and return nothing owned, unless their comment says
+ * otherwise.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "kvr/err.h"
+#include "kvr/index.h"
+#include "opstream.h"
+
+#define EXIT_VERIFY 1
+#define EXIT_USAGE 2
+#define EXIT_RUNTIME 3
+#define MAX_SHOWN 10 /* mismatches printed */
+
+struct options {
+    const char *file;
+    int kind;            /* enum kvr_index_kind */
+    unsigned readers;    /* 0 = no concurrent phase */
+    unsigned repeat;     /* >= 1 */
+    uint64_t dump_every; /* 0 = off */
+};
+
+/* Figures of one single-thread replay. */
+struct run {
+    double seconds;  /* replay time, dumps excluded */
+    double *find_us; /* one sample per match line (owned) */
+    size_t n_find;
+    uint64_t mismatches;
+    uint64_t event_errors;    /* apply results other than KVR_OK */
+    uint64_t err_parent;      /* ParentBlockNotFound */
+    uint64_t err_block;       /* BlockNotFound */
+    uint64_t err_invalid_seq; /* InvalidBlockSequence */
+    uint64_t query_errors;    /* find_matches failures (counted as mismatches too) */
+    uint64_t dumps;
+    uint64_t dump_events;
+    uint64_t dump_replay_errors;
+    double dump_seconds;
+    size_t index_bytes;
+    size_t live_block_ranks;
+};
+
+/* Figures of the concurrent phase. */
+struct concurrent {
+    double seconds; /* writer's wall time */
+    uint64_t reader_queries;
+    uint64_t reader_blocks;
+    uint64_t reader_errors;
+    uint64_t event_errors;
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ==== Checking one query ===================================================================== */
+
+/* Result scratch of one thread: grows on KVR_ERANGE. */
+struct scratch {
+    struct kvr_match *out;
+    size_t cap;
+};
+
+/* Runs one query into sc; returns the kvr_index_find_matches code (after growth retries). */
+static int find(kvr_index_t *idx, const uint64_t *h, size_t n, struct scratch *sc, size_t *n_out)
+{
+    for (;;) {
+        int rc = kvr_index_find_matches(idx, h, n, 0, sc->out, sc->cap, n_out);
+        if (rc != KVR_ERANGE)
+            return rc;
+        size_t cap = *n_out > sc->cap * 2 ? *n_out : sc->cap * 2;
+        struct kvr_match *p = realloc(sc->out, cap * sizeof(*p));
+        if (p == NULL)
+            return KVR_ENOMEM;
+        sc->out = p;
+        sc->cap = cap;
+    }
+}
+
+static int cmp_match(const void *a, const void *b)
+{
+    const struct kvr_match *x = a, *y = b;
+    if (x->worker_id != y->worker_id)
+        return x->worker_id < y->worker_id ? -1 : 1;
+    return x->dp_rank < y->dp_rank ? -1 : x->dp_rank > y->dp_rank;
+}
+
+/* Whether got[0..n) (sorted here) equals the expectation exactly. */
+static int same(struct kvr_match *got, size_t n, const struct kvr_opstream_expect *e, size_t ne)
+{
+    qsort(got, n, sizeof(*got), cmp_match);
+    if (n != ne)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (got[i].dp_rank != 0 || got[i].worker_id != e[i].worker_id ||
+            got[i].blocks != e[i].blocks)
+            return 0;
+    }
+    return 1;
+}
+
+static void print_mismatch(const struct kvr_opstream_op *op, const struct kvr_opstream_query *q,
+                           const struct kvr_match *got, size_t n,
+                           const struct kvr_opstream_expect *e, int rc)
+{
+    printf("mismatch at line %u (query of %u blocks): got {", op->line, q->n);
+    for (size_t i = 0; i < n; i++) {
+        if (got[i].dp_rank == 0)
+            printf("%s\"%llu\": %u", i ? ", " : "", (unsigned long long)got[i].worker_id,
+                   got[i].blocks);
+        else
+            printf("%s\"%llu/dp%u\": %u", i ? ", " : "", (unsigned long long)got[i].worker_id,
+                   got[i].dp_rank, got[i].blocks);
+    }
+    printf("}%s%s, expected {", rc != KVR_OK ? " error " : "",
+           rc != KVR_OK ? kvr_strerror(rc) : "");
+    for (size_t i = 0; i < q->n_expect; i++)
+        printf("%s\"%llu\": %u", i ? ", " : "", (unsigned long long)e[i].worker_id, e[i].blocks);
+    printf("}\n");
+}
+
+/* ==== Single-thread replay =================================================================== */
+
+static void count_event_result(struct run *r, int rc)
+{
+    if (rc == KVR_OK)
+        return;
+    r->event_errors++;
+    if (rc == KVR_EPARENT)
+        r->err_parent++;
+    else if (rc == KVR_ENOBLOCK)
+        r->err_block++;
+    else if (rc == KVR_EINVALSEQ)
+        r->err_invalid_seq++;
+}
+
+/* Dumps *idx, replays the dump into a fresh index and swaps it in. */
+static int dump_and_replace(const struct options *o, kvr_index_t **idx, struct run *r)
+{
+    struct kvr_index_config cfg = {o->kind, 0};
+    struct kvr_event_list dump;
+    kvr_index_t *fresh = NULL;
+    double t0 = now_s();
+    kvr_event_list_init(&dump);
+    int rc = kvr_index_dump(*idx, &dump);
+    if (rc == KVR_OK)
+        rc = kvr_index_new(&cfg, &fresh);
+    if (rc == KVR_OK) {
+        for (size_t i = 0; i < dump.n; i++) {
+            if (kvr_index_apply(fresh, &dump.ev[i]) != KVR_OK)
+                r->dump_replay_errors++;
+        }
+        kvr_index_free(*idx);
+        *idx = fresh;
+        r->dumps++;
+        r->dump_events += dump.n;
+    }
+    kvr_event_list_free(&dump);
+    r->dump_seconds += now_s() - t0;
+    return rc;
+}
+
+/* Replays the stream once into a fresh index; fills r (r->find_us owned by the caller). */
+static int replay(const struct options *o, const struct kvr_opstream *s, struct run *r, int verbose)
+{
+    struct kvr_index_config cfg = {o->kind, 0};
+    struct scratch sc = {NULL, 0};
+    kvr_index_t *idx = NULL;
+    int rc = KVR_OK;
+
+    memset(r, 0, sizeof(*r));
+    r->find_us = malloc((s->n_queries ? s->n_queries : 1) * sizeof(double));
+    sc.cap = 64;
+    sc.out = malloc(sc.cap * sizeof(*sc.out));
+    if (r->find_us == NULL || sc.out == NULL) {
+        rc = KVR_ENOMEM;
+        goto out;
+    }
+    if ((rc = kvr_index_new(&cfg, &idx)) != KVR_OK)
+        goto out;
+
+    double start = now_s(), paused = 0;
+    for (size_t i = 0; i < s->n_ops; i++) {
+        const struct kvr_opstream_op *op = &s->ops[i];
+        if (op->kind == KVR_OPSTREAM_EVENT) {
+            count_event_result(r, kvr_index_apply(idx, &s->events.ev[op->index]));
+        } else {
+            const struct kvr_opstream_query *q = &s->queries[op->index];
+            const struct kvr_opstream_expect *e = kvr_opstream_query_expects(s, q);
+            size_t n_out = 0;
+            double t0 = now_s();
+            int qrc = find(idx, kvr_opstream_query_hashes(s, q), q->n, &sc, &n_out);
+            r->find_us[r->n_find++] = (now_s() - t0) * 1e6;
+            if (qrc != KVR_OK) {
+                r->query_errors++;
+                n_out = 0;
+            }
+            if (qrc != KVR_OK || !same(sc.out, n_out, e, q->n_expect)) {
+                if (verbose && r->mismatches < MAX_SHOWN)
+                    print_mismatch(op, q, sc.out, n_out, e, qrc);
+                r->mismatches++;
+            }
+        }
+        if (o->dump_every != 0 && (i + 1) % o->dump_every == 0 && i + 1 < s->n_ops) {
+            double t0 = now_s();
+            if ((rc = dump_and_replace(o, &idx, r)) != KVR_OK)
+                goto out;
+            paused += now_s() - t0;
+        }
+    }
+    r->seconds = now_s() - start - paused;
+
+    struct kvr_index_stats st;
+    kvr_index_stats(idx, &st);
+    r->index_bytes = st.radix.bytes;
+    r->live_block_ranks = st.radix.block_ranks;
+out:
+    kvr_index_free(idx);
+    free(sc.out);
+    return rc;
+}
+
+/* ==== Concurrent phase ======================================================================= */
+
+struct shared {
+    const struct kvr_opstream *s;
+    kvr_index_t *idx;
+    atomic_int go;          /* readers spin until the writer starts */
+    atomic_int writer_done; /* readers stop once the writer has applied every event */
+};
+
+struct reader {
+    struct shared *sh;
+    unsigned id;
+    uint64_t queries, blocks, errors;
+    pthread_t thread;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *rd = arg;
+    const struct kvr_opstream *s = rd->sh->s;
+    struct scratch sc = {malloc(64 * sizeof(struct kvr_match)), 64};
+    size_t q = s->n_queries ? (rd->id * 7919u) % s->n_queries : 0;
+    while (!atomic_load_explicit(&rd->sh->go, memory_order_acquire))
+        sched_yield();
+    while (sc.out != NULL && s->n_queries > 0 &&
+           !atomic_load_explicit(&rd->sh->writer_done, memory_order_acquire)) {
+        const struct kvr_opstream_query *qq = &s->queries[q];
+        size_t n_out;
+        if (find(rd->sh->idx, kvr_opstream_query_hashes(s, qq), qq->n, &sc, &n_out) != KVR_OK)
+            rd->errors++;
+        rd->queries++;
+        rd->blocks += qq->n;
+        if (++q == s->n_queries)
+            q = 0;
+    }
+    if (sc.out == NULL)
+        rd->errors++;
+    free(sc.out);
+    return NULL;
+}
+
+static int run_concurrent(const struct options *o, const struct kvr_opstream *s,
+                          struct concurrent *c)
+{
+    struct kvr_index_config cfg = {o->kind, 0};
+    struct shared sh;
+    struct reader *rd = calloc(o->readers, sizeof(*rd));
+    unsigned started = 0;
+    int rc = KVR_OK;
+
+    memset(c, 0, sizeof(*c));
+    sh.s = s;
+    sh.idx = NULL;
+    atomic_init(&sh.go, 0);
+    atomic_init(&sh.writer_done, 0);
+    if (rd == NULL)
+        return KVR_ENOMEM;
+    if ((rc = kvr_index_new(&cfg, &sh.idx)) != KVR_OK) {
+        free(rd);
+        return rc;
+    }
+    for (unsigned i = 0; i < o->readers; i++) {
+        rd[i].sh = &sh;
+        rd[i].id = i;
+        if (pthread_create(&rd[i].thread, NULL, reader_main, &rd[i]) != 0)
+            break;
+        started++;
+    }
+    if (started < o->readers) {
+        /* cannot run as asked: let the started readers out at once */
+        atomic_store_explicit(&sh.writer_done, 1, memory_order_release);
+        atomic_store_explicit(&sh.go, 1, memory_order_release);
+        rc = KVR_ENOMEM;
+    }
+    if (rc == KVR_OK) {
+        /* this thread is the writer */
+        atomic_store_explicit(&sh.go, 1, memory_order_release);
+        double t0 = now_s();
+        for (size_t i = 0; i < s->events.n; i++) {
+            if (kvr_index_apply(sh.idx, &s->events.ev[i]) != KVR_OK)
+                c->event_errors++;
+        }
+        c->seconds = now_s() - t0;
+        atomic_store_explicit(&sh.writer_done, 1, memory_order_release);
+    }
+    for (unsigned i = 0; i < started; i++) {
+        pthread_join(rd[i].thread, NULL);
+        c->reader_queries += rd[i].queries;
+        c->reader_blocks += rd[i].blocks;
+        c->reader_errors += rd[i].errors;
+    }
+    kvr_index_free(sh.idx);
+    free(rd);
+    return rc;
+}
+
+/* ==== Reporting ============================================================================== */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double percentile(const double *v, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    size_t k = (size_t)(p * (double)n + 0.999999);
+    if (k == 0)
+        k = 1;
+    if (k > n)
+        k = n;
+    return v[k - 1];
+}
+
+static long peak_rss_kb(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == -1)
+        return -1;
+    return ru.ru_maxrss; /* kilobytes on Linux */
+}
+
+static int cmp_run_seconds(const void *a, const void *b)
+{
+    const struct run *x = a, *y = b;
+    return x->seconds < y->seconds ? -1 : x->seconds > y->seconds;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvr-bench index OPS_FILE [--index radix|ckf] [--readers N] [--repeat R] "
+               "[--dump-every N]\n"
+               "       kvr-bench stats OPS_FILE\n");
+}
+
+/* Parses a positive integer option value; returns 0 on error. */
+static int parse_count(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (s == NULL || *s < '0' || *s > '9')
+        return 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || v > max)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->kind = KVR_INDEX_RADIX;
+    o->repeat = 1;
+    if (argc < 3)
+        return 0;
+    o->file = argv[2];
+    for (int i = 3; i < argc; i += 2) { /* every option takes a value */
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t x;
+        if (strcmp(a, "--index") == 0 && v != NULL) {
+            if (strcmp(v, "radix") == 0)
+                o->kind = KVR_INDEX_RADIX;
+            else if (strcmp(v, "ckf") == 0)
+                o->kind = KVR_INDEX_CKF;
+            else
+                return 0;
+        } else if (strcmp(a, "--readers") == 0 && parse_count(v, 1024, &x)) {
+            o->readers = (unsigned)x;
+        } else if (strcmp(a, "--repeat") == 0 && parse_count(v, 1000, &x) && x > 0) {
+            o->repeat = (unsigned)x;
+        } else if (strcmp(a, "--dump-every") == 0 && parse_count(v, UINT64_MAX, &x)) {
+            o->dump_every = x;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Prints the stream's totals like `kvtrace.py stats` (sorted keys, Python's separators). */
+static void print_stats(const struct kvr_opstream *s)
+{
+    const char *sep = "";
+    printf("{");
+    if (s->n_queries > 0) {
+        printf("\"expected_hits\": %llu, \"match\": %zu, \"match_blocks\": %llu",
+               (unsigned long long)s->expected_hits, s->n_queries,
+               (unsigned long long)s->match_blocks);
+        sep = ", ";
+    }
+    if (s->removed > 0) {
+        printf("%s\"removed\": %llu, \"removed_blocks\": %llu", sep, (unsigned long long)s->removed,
+               (unsigned long long)s->removed_blocks);
+        sep = ", ";
+    }
+    if (s->stored > 0)
+        printf("%s\"stored\": %llu, \"stored_blocks\": %llu", sep, (unsigned long long)s->stored,
+               (unsigned long long)s->stored_blocks);
+    printf("}\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    struct kvr_opstream s;
+    struct run *runs = NULL;
+    struct concurrent conc;
+    char err[512];
+    int status = EXIT_RUNTIME;
+
+    memset(&o, 0, sizeof(o));
+    memset(&conc, 0, sizeof(conc));
+
+    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    int is_stats = argc == 3 && strcmp(argv[1], "stats") == 0;
+    if (!is_stats && (argc < 3 || strcmp(argv[1], "index") != 0 || !parse_args(argc, argv, &o))) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!is_stats && o.kind == KVR_INDEX_CKF) {
+        fprintf(stderr, "kvr-bench: --index ckf: not available yet\n");
+        return EXIT_USAGE;
+    }
+
+    kvr_opstream_init(&s);
+    double t0 = now_s();
+    int rc = kvr_opstream_load(is_stats ? argv[2] : o.file, &s, err, sizeof(err));
+    double load_s = now_s() - t0;
+    if (rc != KVR_OK) {
+        fprintf(stderr, "kvr-bench: %s (%s)\n", err, kvr_strerror(rc));
+        goto out;
+    }
+    if (is_stats) {
+        print_stats(&s);
+        status = 0;
+        goto out;
+    }
+    uint64_t block_ops = s.match_blocks + s.stored_blocks + s.removed_blocks;
+    printf("loaded %s in %.2f s: %zu lines (%zu match, %zu event: %llu stored, %llu removed, "
+           "%llu cleared), %llu block ops\n",
+           o.file, load_s, s.n_ops, s.n_queries, s.events.n, (unsigned long long)s.stored,
+           (unsigned long long)s.removed, (unsigned long long)s.cleared,
+           (unsigned long long)block_ops);
+
+    runs = calloc(o.repeat, sizeof(*runs));
+    if (runs == NULL)
+        goto out;
+    uint64_t mismatches = 0, fatal = 0, dump_errors = 0;
+    for (unsigned i = 0; i < o.repeat; i++) {
+        rc = replay(&o, &s, &runs[i], i == 0);
+        if (rc != KVR_OK) {
+            fprintf(stderr, "kvr-bench: replay %u failed: %s\n", i + 1, kvr_strerror(rc));
+            goto out;
+        }
+        mismatches += runs[i].mismatches;
+        fatal += runs[i].err_parent + runs[i].err_block + runs[i].err_invalid_seq;
+        dump_errors += runs[i].dump_replay_errors;
+        printf("run %u: %.3f s, %llu mismatches, %llu event errors\n", i + 1, runs[i].seconds,
+               (unsigned long long)runs[i].mismatches, (unsigned long long)runs[i].event_errors);
+    }
+    qsort(runs, o.repeat, sizeof(*runs), cmp_run_seconds);
+    struct run *m = &runs[o.repeat / 2]; /* the median run (upper median for even R) */
+    qsort(m->find_us, m->n_find, sizeof(double), cmp_double);
+    double p50 = percentile(m->find_us, m->n_find, 0.50);
+    double p99 = percentile(m->find_us, m->n_find, 0.99);
+    double secs = m->seconds > 0 ? m->seconds : 1e-9;
+    double bpbr = m->live_block_ranks ? (double)m->index_bytes / (double)m->live_block_ranks : 0;
+
+    if (o.readers > 0) {
+        rc = run_concurrent(&o, &s, &conc);
+        if (rc != KVR_OK) {
+            fprintf(stderr, "kvr-bench: concurrent phase failed: %s\n", kvr_strerror(rc));
+            goto out;
+        }
+    }
+    long rss = peak_rss_kb();
+
+    printf("replay (median of %u): %.3f s, %.0f ops/s, %.0f block ops/s\n", o.repeat, secs,
+           (double)s.n_ops / secs, (double)block_ops / secs);
+    printf("find_matches: p50 %.2f us, p99 %.2f us over %zu queries\n", p50, p99, m->n_find);
+    printf("index: %zu bytes for %zu live block-ranks (%.1f bytes each)\n", m->index_bytes,
+           m->live_block_ranks, bpbr);
+    printf("event errors: %llu (ParentBlockNotFound %llu, BlockNotFound %llu, "
+           "InvalidBlockSequence %llu); query errors %llu\n",
+           (unsigned long long)m->event_errors, (unsigned long long)m->err_parent,
+           (unsigned long long)m->err_block, (unsigned long long)m->err_invalid_seq,
+           (unsigned long long)m->query_errors);
+    if (o.dump_every)
+        printf("dumps: %llu, %llu events replayed in %.3f s, %llu replay errors\n",
+               (unsigned long long)m->dumps, (unsigned long long)m->dump_events, m->dump_seconds,
+               (unsigned long long)m->dump_replay_errors);
+    double cs = conc.seconds > 0 ? conc.seconds : 1e-9;
+    if (o.readers > 0)
+        printf("concurrent: 1 writer + %u readers: writer %.3f s (%.0f block ops/s); readers "
+               "%.0f queries/s, %.0f block ops/s (%llu errors)\n",
+               o.readers, conc.seconds, (double)(s.stored_blocks + s.removed_blocks) / cs,
+               (double)conc.reader_queries / cs, (double)conc.reader_blocks / cs,
+               (unsigned long long)conc.reader_errors);
+    printf("peak RSS %ld kB\n", rss);
+
+    printf("{\"mismatches\":%llu,\"ops\":%zu,\"block_ops\":%llu,\"ops_per_s\":%.1f,"
+           "\"block_ops_per_s\":%.1f,\"find_p50_us\":%.3f,\"find_p99_us\":%.3f,"
+           "\"live_block_ranks\":%zu,\"index_bytes\":%zu,\"bytes_per_block_rank\":%.2f,"
+           "\"peak_rss_kb\":%ld,\"event_errors\":%llu,\"seconds\":%.6f,\"runs\":%u,"
+           "\"match_lines\":%zu,\"event_lines\":%zu,\"load_seconds\":%.3f,"
+           "\"parent_not_found\":%llu,\"block_not_found\":%llu,\"invalid_block_sequence\":%llu,"
+           "\"query_errors\":%llu,\"dump_every\":%llu,\"dumps\":%llu,"
+           "\"dump_replay_errors\":%llu,\"readers\":%u",
+           (unsigned long long)mismatches, s.n_ops, (unsigned long long)block_ops,
+           (double)s.n_ops / secs, (double)block_ops / secs, p50, p99, m->live_block_ranks,
+           m->index_bytes, bpbr, rss, (unsigned long long)m->event_errors, m->seconds, o.repeat,
+           s.n_queries, s.events.n, load_s, (unsigned long long)m->err_parent,
+           (unsigned long long)m->err_block, (unsigned long long)m->err_invalid_seq,
+           (unsigned long long)m->query_errors, (unsigned long long)o.dump_every,
+           (unsigned long long)m->dumps, (unsigned long long)dump_errors, o.readers);
+    if (o.readers > 0)
+        printf(",\"reader_queries_per_s\":%.1f,\"reader_block_ops_per_s\":%.1f,"
+               "\"writer_block_ops_per_s\":%.1f,\"writer_seconds\":%.6f,\"reader_errors\":%llu",
+               (double)conc.reader_queries / cs, (double)conc.reader_blocks / cs,
+               (double)(s.stored_blocks + s.removed_blocks) / cs, conc.seconds,
+               (unsigned long long)conc.reader_errors);
+    printf("}\n");
+    status = (mismatches || fatal || dump_errors) ? EXIT_VERIFY : 0;
+
+out:
+    if (runs != NULL) {
+        for (unsigned i = 0; i < o.repeat; i++)
+            free(runs[i].find_us);
+        free(runs);
+    }
+    kvr_opstream_free(&s);
+    return status;
+}
