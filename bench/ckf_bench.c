@@ -13,6 +13,8 @@
  *       undercounting queries, <= 0.1% overcounting queries, <= 3 bytes per block, no omission)
  *       is missed (exit 1).
  *
+ * The op stream is loaded with the shared loader (bench/opstream.h) before the clock starts.
+ *
  * Figures: "filter bytes" are the bucket words of every CKF table (the compact index);
  * "bytes per block" = filter bytes / (rank, block) entries held at the end; the exact side
  * (ownership and translation maps) is reported separately. */
@@ -28,6 +30,7 @@
 #include "kvr/err.h"
 #include "kvr/event.h"
 #include "kvr/hash.h"
+#include "opstream.h"
 
 static volatile uint64_t sink; /* keeps benchmark results alive */
 
@@ -206,142 +209,6 @@ static void bench_search(uint64_t nb, uint64_t seed, size_t docs, size_t len)
 
 /* ==== replay ================================================================================== */
 
-struct parsed {
-    int kind; /* 0 match, 1 event */
-    struct kvr_event ev;
-    uint64_t *u64; /* match locals / removed hashes */
-    size_t n_u64, cap_u64;
-    struct kvr_block *blocks;
-    size_t n_blocks, cap_blocks;
-    uint64_t ew[256]; /* expect: worker ids */
-    uint32_t eb[256]; /* expect: blocks */
-    size_t n_expect;
-};
-
-static void push_u64(struct parsed *p, uint64_t v)
-{
-    if (p->n_u64 == p->cap_u64) {
-        p->cap_u64 = p->cap_u64 ? p->cap_u64 * 2 : 1024;
-        p->u64 = realloc(p->u64, p->cap_u64 * sizeof(*p->u64));
-        if (p->u64 == NULL)
-            exit(2);
-    }
-    p->u64[p->n_u64++] = v;
-}
-
-static void push_block(struct parsed *p, uint64_t bh, uint64_t th)
-{
-    if (p->n_blocks == p->cap_blocks) {
-        p->cap_blocks = p->cap_blocks ? p->cap_blocks * 2 : 1024;
-        p->blocks = realloc(p->blocks, p->cap_blocks * sizeof(*p->blocks));
-        if (p->blocks == NULL)
-            exit(2);
-    }
-    p->blocks[p->n_blocks].block_hash = bh;
-    p->blocks[p->n_blocks].tokens_hash = th;
-    p->n_blocks++;
-}
-
-static const char *num_after(const char *line, const char *key, uint64_t *out)
-{
-    const char *p = strstr(line, key);
-    if (p == NULL)
-        return NULL;
-    p += strlen(key);
-    char *end;
-    *out = strtoull(p, &end, 10);
-    return end == p ? NULL : end;
-}
-
-/* Parses the fixed op-stream shapes of spec/opstream.md §1. Returns 0 or -1. */
-static int parse_line(const char *line, struct parsed *p)
-{
-    p->n_u64 = p->n_blocks = p->n_expect = 0;
-    memset(&p->ev, 0, sizeof(p->ev));
-    if (strncmp(line, "{\"match\":[", 10) == 0) {
-        p->kind = 0;
-        const char *q = line + 10;
-        while (*q != ']') {
-            char *end;
-            uint64_t v = strtoull(q, &end, 10);
-            if (end == q)
-                return -1;
-            push_u64(p, v);
-            q = end;
-            if (*q == ',')
-                q++;
-        }
-        q = strstr(q, "\"expect\":{");
-        if (q == NULL)
-            return -1;
-        q += 10;
-        while (*q == '"') {
-            char *end;
-            uint64_t w = strtoull(q + 1, &end, 10);
-            if (end[0] != '"' || end[1] != ':' || p->n_expect == 256)
-                return -1;
-            q = end + 2;
-            uint64_t b = strtoull(q, &end, 10);
-            p->ew[p->n_expect] = w;
-            p->eb[p->n_expect++] = (uint32_t)b;
-            q = end;
-            if (*q == ',')
-                q++;
-        }
-        return 0;
-    }
-    if (strncmp(line, "{\"event\":", 9) != 0)
-        return -1;
-    p->kind = 1;
-    uint64_t v;
-    if (num_after(line, "\"worker_id\":", &p->ev.worker_id) == NULL)
-        return -1;
-    if (num_after(line, "\"dp_rank\":", &v) != NULL)
-        p->ev.dp_rank = (uint32_t)v;
-    const char *q;
-    if ((q = strstr(line, "\"stored\":{")) != NULL) {
-        p->ev.kind = KVR_EVENT_STORED;
-        const char *ph = strstr(q, "\"parent_hash\":");
-        if (ph != NULL && strncmp(ph + 14, "null", 4) != 0) {
-            p->ev.has_parent = 1;
-            p->ev.parent_hash = strtoull(ph + 14, NULL, 10);
-        }
-        const char *b = q;
-        while ((b = strstr(b, "\"block_hash\":")) != NULL) {
-            uint64_t bh, th;
-            b = num_after(b, "\"block_hash\":", &bh);
-            if (b == NULL || (b = num_after(b, "\"tokens_hash\":", &th)) == NULL)
-                return -1;
-            push_block(p, bh, th);
-        }
-        p->ev.blocks = p->blocks;
-        p->ev.n = (uint32_t)p->n_blocks;
-        return 0;
-    }
-    if ((q = strstr(line, "\"block_hashes\":[")) != NULL) {
-        p->ev.kind = KVR_EVENT_REMOVED;
-        q += 16;
-        while (*q != ']') {
-            char *end;
-            uint64_t h = strtoull(q, &end, 10);
-            if (end == q)
-                return -1;
-            push_u64(p, h);
-            q = end;
-            if (*q == ',')
-                q++;
-        }
-        p->ev.hashes = p->u64;
-        p->ev.n = (uint32_t)p->n_u64;
-        return 0;
-    }
-    if (strstr(line, "\"cleared\"") != NULL) {
-        p->ev.kind = KVR_EVENT_CLEARED;
-        return 0;
-    }
-    return -1;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -351,9 +218,13 @@ static int cmp_double(const void *a, const void *b)
 static int replay(const char *path, uint64_t expected, int translate, int gen_a, uint32_t max_load,
                   uint32_t window, int check)
 {
-    FILE *fp = fopen(path, "r");
-    if (fp == NULL) {
-        fprintf(stderr, "kvr-ckf-bench: cannot open %s\n", path);
+    struct kvr_opstream s;
+    char err[256];
+    kvr_opstream_init(&s);
+    int rc = kvr_opstream_load(path, &s, err, sizeof(err));
+    if (rc != KVR_OK) {
+        fprintf(stderr, "kvr-ckf-bench: %s: %s\n", path, err);
+        kvr_opstream_free(&s);
         return 2;
     }
     struct kvr_ckf_index_config cfg;
@@ -366,81 +237,73 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
     if (window)
         cfg.window = window;
     kvr_ckf_index_t *idx = NULL;
-    int rc = kvr_ckf_index_new(&cfg, &idx);
+    rc = kvr_ckf_index_new(&cfg, &idx);
     if (rc != KVR_OK) {
         fprintf(stderr, "kvr-ckf-bench: bad index config (%s)\n", kvr_strerror(rc));
-        fclose(fp);
+        kvr_opstream_free(&s);
         return 2;
     }
-    struct parsed p;
-    memset(&p, 0, sizeof(p));
-    char *line = NULL;
-    size_t cap = 0, lineno = 0, queries = 0, under_q = 0, over_q = 0, under_r = 0, over_r = 0;
-    size_t events = 0, event_errors = 0, block_ops = 0, n_lat = 0, cap_lat = 0;
+    size_t queries = 0, under_q = 0, over_q = 0, under_r = 0, over_r = 0, events = 0;
+    size_t event_errors = 0, block_ops = 0, n_lat = 0;
     uint64_t over_blocks = 0;
-    double *lat = NULL, t_apply = 0, t_query = 0;
+    double *lat = malloc((s.n_queries + 1) * sizeof(*lat)), t_apply = 0, t_query = 0;
     struct kvr_match out[256];
-    ssize_t got;
-    while ((got = getline(&line, &cap, fp)) > 0) {
-        lineno++;
-        if (parse_line(line, &p) != 0) {
-            fprintf(stderr, "kvr-ckf-bench: %s:%zu: cannot parse\n", path, lineno);
-            return 2;
-        }
-        if (p.kind == 1) {
+    if (lat == NULL)
+        exit(2);
+    for (size_t i = 0; i < s.n_ops; i++) {
+        const struct kvr_opstream_op *op = &s.ops[i];
+        if (op->kind == KVR_OPSTREAM_EVENT) {
+            const struct kvr_event *ev = &s.events.ev[op->index];
             double t0 = now_s();
-            int erc = kvr_ckf_index_apply(idx, &p.ev);
+            int erc = kvr_ckf_index_apply(idx, ev);
             t_apply += now_s() - t0;
             events++;
-            block_ops += p.ev.n;
+            block_ops += ev->n;
             event_errors += erc != KVR_OK;
             continue;
         }
+        const struct kvr_opstream_query *q = &s.queries[op->index];
+        const struct kvr_opstream_expect *ex = kvr_opstream_query_expects(&s, q);
         size_t n = 0;
         double t0 = now_s();
-        rc = kvr_ckf_index_find_matches(idx, p.u64, p.n_u64, 0, out, 256, &n);
+        rc = kvr_ckf_index_find_matches(idx, kvr_opstream_query_hashes(&s, q), q->n, 0, out, 256,
+                                        &n);
         double dt = now_s() - t0;
         t_query += dt;
-        block_ops += p.n_u64;
-        if (n_lat == cap_lat) {
-            cap_lat = cap_lat ? cap_lat * 2 : 4096;
-            lat = realloc(lat, cap_lat * sizeof(*lat));
-        }
+        block_ops += q->n;
         lat[n_lat++] = dt;
         queries++;
         int under = 0, over = 0;
         /* every expected worker: CKF score vs expect; every scored worker not expected: over */
-        for (size_t e = 0; e < p.n_expect; e++) {
-            uint32_t s = 0;
-            for (size_t i = 0; i < n; i++)
-                if (out[i].worker_id == p.ew[e] && out[i].dp_rank == 0)
-                    s = out[i].blocks;
-            if (s < p.eb[e]) {
+        for (uint32_t e = 0; e < q->n_expect; e++) {
+            uint32_t got = 0;
+            for (size_t k = 0; k < n; k++)
+                if (out[k].worker_id == ex[e].worker_id && out[k].dp_rank == 0)
+                    got = out[k].blocks;
+            if (got < ex[e].blocks) {
                 under = 1;
                 under_r++;
-            } else if (s > p.eb[e]) {
+            } else if (got > ex[e].blocks) {
                 over = 1;
                 over_r++;
-                over_blocks += s - p.eb[e];
+                over_blocks += got - ex[e].blocks;
             }
         }
-        for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < n; k++) {
             int known = 0;
-            for (size_t e = 0; e < p.n_expect; e++)
-                known |= out[i].worker_id == p.ew[e];
+            for (uint32_t e = 0; e < q->n_expect; e++)
+                known |= out[k].worker_id == ex[e].worker_id;
             if (!known) {
                 over = 1;
                 over_r++;
-                over_blocks += out[i].blocks;
+                over_blocks += out[k].blocks;
             }
         }
         if (under && under_q < 5)
-            fprintf(stderr, "undercount at line %zu (query of %zu blocks)\n", lineno, p.n_u64);
+            fprintf(stderr, "undercount at line %u (query of %u blocks)\n", op->line, q->n);
         under_q += (size_t)under;
         over_q += (size_t)over;
     }
-    fclose(fp);
-    free(line);
     struct kvr_ckf_index_stats st;
     kvr_ckf_index_stats(idx, &st);
     qsort(lat, n_lat, sizeof(*lat), cmp_double);
@@ -451,7 +314,7 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
            cfg.max_load_pct, cfg.window);
     printf("  lines %zu: events %zu (errors %zu: err_block %" PRIu64 ", err_parent %" PRIu64
            "), queries %zu\n",
-           lineno, events, event_errors, st.err_block, st.err_parent, queries);
+           s.n_ops, events, event_errors, st.err_block, st.err_parent, queries);
     printf("  undercounting queries: %zu (%zu rank answers)\n", under_q, under_r);
     printf("  overcounting queries:  %zu = %.4f%% (%zu rank answers, %" PRIu64 " extra blocks)\n",
            over_q, queries ? 100.0 * (double)over_q / (double)queries : 0.0, over_r, over_blocks);
@@ -482,9 +345,8 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
         status = ok ? 0 : 1;
     }
     free(lat);
-    free(p.u64);
-    free(p.blocks);
     kvr_ckf_index_free(idx);
+    kvr_opstream_free(&s);
     return status;
 }
 
