@@ -6,8 +6,10 @@
  *                                        [ release, let readers in        ]   │ repeat
  *     reader threads ──find_matches──▶  [ read lock | walk tree | unlock ]    │
  *
- * One kvr_radix_t behind a writer-preferring pthread rwlock. Readers hold the read lock only
- * inside one find_matches call (a walk of microseconds) and never allocate. Writers apply events
+ * One kvr_radix_t behind a writer-preferring reader-writer spin lock (engine/src/rwlock.h: waiters
+ * spin briefly, then yield; a futex sleep per hand-off would cost more than the critical
+ * sections). Readers hold the read lock only inside one find_matches call (a walk of
+ * microseconds) and never allocate. Writers apply events
  * in bounded batches: the write lock is released after at most `max_hold_blocks` block
  * operations (large events are cut into chunks: removals in runs of hashes, stores as chained
  * sub-stores), so no reader waits behind a long write. Events of one rank must be applied in
