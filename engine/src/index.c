@@ -1,25 +1,21 @@
 /* index.c - the thread-safe index: a radix tree behind a writer-preferring rwlock, with event
  * application in bounded lock holds (see kvr/index.h for the design). */
-#define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
 #include "kvr/index.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvr/err.h"
+#include "rwlock.h"
 
 #define DEFAULT_MAX_HOLD 1024u
-#define YIELD_SPINS 64
 
 struct kvr_index {
-    pthread_rwlock_t lock;
+    struct kvr_rwlock lock;
     kvr_radix_t *radix;
     int kind;
     uint32_t max_hold;
-    atomic_uint waiting_readers; /* readers blocked on the lock (writers yield to them) */
     atomic_ullong queries;
     struct kvr_index_counters c; /* written under the write lock */
 };
@@ -35,26 +31,17 @@ int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
     struct kvr_index *idx = calloc(1, sizeof(*idx));
     if (idx == NULL)
         return KVR_ENOMEM;
-    pthread_rwlockattr_t attr;
-    if (pthread_rwlockattr_init(&attr) != 0) {
-        free(idx);
-        return KVR_ENOMEM;
-    }
-    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    int prc = pthread_rwlock_init(&idx->lock, &attr);
-    pthread_rwlockattr_destroy(&attr);
-    if (prc != 0) {
+    if (kvr_rwlock_init(&idx->lock) != 0) {
         free(idx);
         return KVR_ENOMEM;
     }
     if (kvr_radix_new(&idx->radix) != KVR_OK) {
-        pthread_rwlock_destroy(&idx->lock);
+        kvr_rwlock_destroy(&idx->lock);
         free(idx);
         return KVR_ENOMEM;
     }
     idx->kind = kind;
     idx->max_hold = cfg->max_hold_blocks ? cfg->max_hold_blocks : DEFAULT_MAX_HOLD;
-    atomic_init(&idx->waiting_readers, 0);
     atomic_init(&idx->queries, 0);
     *out = idx;
     return KVR_OK;
@@ -65,7 +52,7 @@ void kvr_index_free(kvr_index_t *idx)
     if (idx == NULL)
         return;
     kvr_radix_free(idx->radix);
-    pthread_rwlock_destroy(&idx->lock);
+    kvr_rwlock_destroy(&idx->lock);
     free(idx);
 }
 
@@ -78,38 +65,28 @@ kvr_radix_t *kvr_index_radix(kvr_index_t *idx)
 
 static void wlock(struct kvr_index *idx)
 {
-    pthread_rwlock_wrlock(&idx->lock);
+    kvr_rwlock_wrlock(&idx->lock);
 }
 
 static void wunlock(struct kvr_index *idx)
 {
-    pthread_rwlock_unlock(&idx->lock);
+    kvr_rwlock_wrunlock(&idx->lock);
 }
 
-/* Releases the write lock between bounded holds and lets waiting readers in before taking it
- * again (a writer-preferring lock would otherwise hand it straight back to the writer). */
+/* Between bounded holds: lets waiting readers in, then takes the lock back. */
 static void wbreathe(struct kvr_index *idx)
 {
-    wunlock(idx);
-    for (int i = 0;
-         i < YIELD_SPINS && atomic_load_explicit(&idx->waiting_readers, memory_order_acquire) > 0;
-         i++)
-        sched_yield();
-    wlock(idx);
+    kvr_rwlock_breathe(&idx->lock);
 }
 
 static void rlock(struct kvr_index *idx)
 {
-    if (pthread_rwlock_tryrdlock(&idx->lock) == 0)
-        return;
-    atomic_fetch_add_explicit(&idx->waiting_readers, 1, memory_order_acq_rel);
-    pthread_rwlock_rdlock(&idx->lock);
-    atomic_fetch_sub_explicit(&idx->waiting_readers, 1, memory_order_acq_rel);
+    kvr_rwlock_rdlock(&idx->lock);
 }
 
 static void runlock(struct kvr_index *idx)
 {
-    pthread_rwlock_unlock(&idx->lock);
+    kvr_rwlock_rdunlock(&idx->lock);
 }
 
 /* ==== event application ===================================================================== */
