@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "kvr/err.h"
+#include "kvr/hash.h"
 
 /* ==== little-endian helpers =================================================================== */
 
@@ -453,6 +454,26 @@ void kvr_ckf_consumer_search(const kvr_ckf_consumer_t *c, const uint64_t *seq, s
                              unsigned window, uint32_t depths[KVR_CKF_LANES_MAX])
 {
     kvr_ckf_table_search(c->table, seq, n, kvr_ckf_consumer_ready(c), window, depths);
+}
+
+int kvr_ckf_consumer_search_locals(const kvr_ckf_consumer_t *c, const uint64_t *locals, size_t n,
+                                   unsigned window, uint32_t depths[KVR_CKF_LANES_MAX])
+{
+    uint64_t stack[512], *seq = stack;
+    kvr_alloc_t scratch; /* call-local: searches run on any thread */
+    kvr_alloc_init(&scratch);
+    if (n > sizeof(stack) / sizeof(stack[0])) {
+        seq = n <= SIZE_MAX / sizeof(*seq) ? kvr_malloc(&scratch, n * sizeof(*seq)) : NULL;
+        if (seq == NULL) {
+            memset(depths, 0, KVR_CKF_LANES_MAX * sizeof(*depths));
+            return KVR_ENOMEM;
+        }
+    }
+    kvr_hash_chain(locals, n, seq);
+    kvr_ckf_consumer_search(c, seq, n, window, depths);
+    if (seq != stack)
+        kvr_free(&scratch, seq);
+    return KVR_OK;
 }
 
 const kvr_ckf_table_t *kvr_ckf_consumer_table(const kvr_ckf_consumer_t *c)

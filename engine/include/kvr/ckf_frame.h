@@ -169,6 +169,12 @@ uint16_t kvr_ckf_consumer_ready(const kvr_ckf_consumer_t *c);
 void kvr_ckf_consumer_search(const kvr_ckf_consumer_t *c, const uint64_t *seq, size_t n,
                              unsigned window, uint32_t depths[KVR_CKF_LANES_MAX]);
 
+/* As kvr_ckf_consumer_search for a request's LOCAL hashes locals[0..n) (borrowed), chained into
+ * sequence hashes first (hashing.md §3). KVR_OK, or KVR_ENOMEM when a query longer than 512
+ * blocks cannot get its scratch (depths then all 0). Any thread. */
+int kvr_ckf_consumer_search_locals(const kvr_ckf_consumer_t *c, const uint64_t *locals, size_t n,
+                                   unsigned window, uint32_t depths[KVR_CKF_LANES_MAX]);
+
 /* The table behind the consumer (borrowed), e.g. to compare images in tests. */
 const kvr_ckf_table_t *kvr_ckf_consumer_table(const kvr_ckf_consumer_t *c);
 

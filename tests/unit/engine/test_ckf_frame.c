@@ -12,6 +12,7 @@
 #include "kvr/ckf_producer.h"
 #include "kvr/ckf_search.h"
 #include "kvr/err.h"
+#include "kvr/hash.h"
 #include "kvr_test.h"
 
 Suite *ckf_frame_suite(void);
@@ -468,6 +469,18 @@ START_TEST(test_chunk_order)
     uint32_t d[16];
     kvr_ckf_consumer_search(c, &h, 1, 8, d);
     ck_assert_uint_eq(d[0], 1);
+    /* a request's local hashes, chained by the consumer (short and long queries) */
+    static uint64_t locals[1000], seq[1000];
+    for (int i = 0; i < 1000; i++)
+        locals[i] = (uint64_t)i * 0x9E3779B97F4A7C15ULL + 1;
+    kvr_hash_chain(locals, 1000, seq);
+    ck_assert_int_eq(kvr_ckf_producer_store(pp.p, 2, 0, seq, 700, NULL), KVR_OK);
+    size_t len2 = cut_delta(&pp);
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 0, pp.buf, len2, NULL), KVR_OK);
+    ck_assert_int_eq(kvr_ckf_consumer_search_locals(c, locals, 1000, 8, d), KVR_OK);
+    ck_assert_uint_ge(d[0], 700);
+    ck_assert_int_eq(kvr_ckf_consumer_search_locals(c, locals, 10, 8, d), KVR_OK);
+    ck_assert_uint_eq(d[0], 10);
     pipe_free(&pp);
     kvr_ckf_consumer_free(c);
 }
