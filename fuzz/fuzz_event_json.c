@@ -15,6 +15,8 @@ static int same_event(const struct kvr_event *a, const struct kvr_event *b)
         a->event_id != b->event_id || a->tier != b->tier || a->n != b->n ||
         a->has_parent != b->has_parent || (a->has_parent && a->parent_hash != b->parent_hash))
         return 0;
+    if (a->n == 0)
+        return 1; /* empty arrays may be NULL */
     if (a->kind == KVR_EVENT_STORED)
         return memcmp(a->blocks, b->blocks, a->n * sizeof(*a->blocks)) == 0;
     if (a->kind == KVR_EVENT_REMOVED)
