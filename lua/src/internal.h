@@ -23,8 +23,9 @@
 #define NAME_CAP (KVR_LUA_NAME_MAX + 1)
 #define ERR_CAP 4096
 /* Budget rules (kvr/lua.h "Time budget"): past the wall-clock budget a call gets a grace of
- * budget / GRACE_DIV of its OWN thread CPU time (so a preempted thread is not blamed), and is
- * stopped unconditionally at HARD_FACTOR x budget of wall time. */
+ * budget / GRACE_DIV of its OWN thread CPU time (so a preempted thread is not blamed); a call
+ * that returns having used more than HARD_FACTOR x budget of thread CPU time (compiled code, a
+ * long C call: nothing could interrupt it) is discarded at the boundary. */
 #define GRACE_DIV 2u
 #define HARD_FACTOR 5u
 
@@ -85,13 +86,14 @@ struct lstate {
     size_t used, cap, peak; /* allocator accounting (bytes) */
     uint64_t oom_refusals;  /* allocations refused by the cap */
     uint64_t deadline_ns;   /* wall-clock budget end; 0: no deadline armed */
-    uint64_t hard_ns;       /* wall-clock hard stop (HARD_FACTOR x budget) */
     uint64_t grace_ns;      /* thread CPU time allowed past deadline_ns */
     uint64_t cpu_limit_ns;  /* thread CPU time limit once in grace; 0: not yet */
-    int timed_out;          /* the budget was exceeded during the current call */
-    uint32_t hook_count;    /* count-hook period */
-    int refs[REF_N];        /* registry references (luaL_ref) */
-    unsigned *hooks;        /* per slot: the hook bits R.add_policy returned */
+    uint64_t cpu_sample_ns; /* thread CPU time at cpu_sample_wall_ns (refreshed per budget) */
+    uint64_t cpu_sample_wall_ns;
+    int timed_out;       /* the budget was exceeded during the current call */
+    uint32_t hook_count; /* count-hook period */
+    int refs[REF_N];     /* registry references (luaL_ref) */
+    unsigned *hooks;     /* per slot: the hook bits R.add_policy returned */
     size_t n_slots;
     struct kvr_ffi_vm fv;
     struct kvr_ffi_call call;
@@ -122,6 +124,12 @@ int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns
  * wall-clock deadline passed, then its grace of thread CPU time used up, or the hard stop.
  * Used by the count hook and by every kvr_ffi_* engine call. */
 int lstate_over_budget(struct lstate *s);
+
+/* 1 if a call that returned normally after elapsed_ns (wall) must still be discarded as an
+ * overrun: it used more than HARD_FACTOR x budget_ns of its thread's CPU time (measured against
+ * a CPU sample refreshed at most once per budget, so preemption is never blamed). Call right
+ * after the call. */
+int lstate_overran(struct lstate *s, uint64_t elapsed_ns, uint64_t budget_ns);
 
 /* Builds a complete state for a set (every policy loaded from bytecode). */
 int lstate_build(kvr_lua_runtime_t *rt, struct kvr_lua_vm *vm, const struct policy_set *set,

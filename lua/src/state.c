@@ -64,19 +64,26 @@ int lstate_over_budget(struct lstate *s)
     uint64_t now = kvr_lua_now_ns(); /* vDSO: ~25 ns */
     if (now < s->deadline_ns)
         return 0;
-    if (now < s->hard_ns) {
-        /* Past the wall-clock budget: maybe the thread was only preempted. Allow a grace of the
-         * thread's own CPU time (a syscall, ~0.6 us, paid only here). */
-        uint64_t cpu = thread_cpu_ns();
-        if (s->cpu_limit_ns == 0) {
-            s->cpu_limit_ns = cpu + s->grace_ns;
-            return 0;
-        }
-        if (cpu < s->cpu_limit_ns)
-            return 0;
+    /* Past the wall-clock budget: maybe the thread was only preempted. Allow a grace of the
+     * thread's own CPU time (a syscall, ~0.6 us, paid only from here on); a runaway burns it. */
+    uint64_t cpu = thread_cpu_ns();
+    if (s->cpu_limit_ns == 0) {
+        s->cpu_limit_ns = cpu + s->grace_ns;
+        return 0;
     }
+    if (cpu < s->cpu_limit_ns)
+        return 0;
     s->timed_out = 1;
     return 1;
+}
+
+int lstate_overran(struct lstate *s, uint64_t elapsed_ns, uint64_t budget_ns)
+{
+    if (elapsed_ns <= budget_ns * HARD_FACTOR)
+        return 0;
+    /* The CPU sample is at most one budget older than the call's start, so the call itself used
+     * at least (cpu now - sample) - budget of CPU: blame it only beyond HARD_FACTOR budgets. */
+    return thread_cpu_ns() - s->cpu_sample_ns > (uint64_t)(HARD_FACTOR + 1) * budget_ns;
 }
 
 static void budget_hook(lua_State *L, lua_Debug *ar)
@@ -157,8 +164,11 @@ int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns
     s->cpu_limit_ns = 0;
     s->grace_ns = budget_ns / GRACE_DIV;
     uint64_t now = kvr_lua_now_ns();
-    s->hard_ns = now + budget_ns * HARD_FACTOR;
     s->deadline_ns = budget_ns ? now + budget_ns : 0;
+    if (budget_ns != 0 && now - s->cpu_sample_wall_ns > budget_ns) {
+        s->cpu_sample_ns = thread_cpu_ns(); /* ~0.6 us, at most once per budget of wall time */
+        s->cpu_sample_wall_ns = now;
+    }
     int rc = lua_pcall(L, nargs, nres, base);
     *elapsed_ns = kvr_lua_now_ns() - now;
     int status = map_rc(s, rc);

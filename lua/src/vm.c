@@ -269,11 +269,12 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
         } else if ((size_t)k > s->call.out_cap || !indices_ok(d->ranked, (size_t)k, n)) {
             status = KVR_LUA_INVALID;
             snprintf(vm->err, sizeof(vm->err), "the choice names no valid candidate");
-        } else if (elapsed > rt->cfg.budget_ns * HARD_FACTOR) {
+        } else if (lstate_overran(s, elapsed, rt->cfg.budget_ns)) {
             /* Nothing could interrupt it (compiled trusted code, a long C library call). */
             status = KVR_LUA_ETIMEDOUT;
             snprintf(vm->err, sizeof(vm->err),
-                     "decision took %llu us, over %u x the budget of %llu us (result discarded)",
+                     "decision took %llu us, over %u x the budget of %llu us of CPU time "
+                     "(result discarded)",
                      (unsigned long long)(elapsed / 1000), HARD_FACTOR,
                      (unsigned long long)(rt->cfg.budget_ns / 1000));
         } else {

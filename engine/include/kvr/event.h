@@ -4,9 +4,11 @@
  * dumps). Arrays are borrowed: they live in the kvr_event_list (or caller buffer) that produced
  * the event. Hash values are exact u64 (spec/index.md §2.3).
  *
- *   RouterEvent ─┬─ worker_id, storage_tier, (residency_domain)
- *                └─ event: event_id, dp_rank, data ─┬─ stored  {parent_hash?, blocks[(block_hash,
- * tokens_hash)]} ├─ removed {block_hashes[]} └─ cleared
+ *   RouterEvent: worker_id, storage_tier, (residency_domain), event
+ *     event: event_id, dp_rank, data
+ *       data: stored  {parent_hash?, blocks[(block_hash, tokens_hash)]}
+ *           | removed {block_hashes[]}
+ *           | cleared
  *
  * A rank is (worker_id, dp_rank): the unit of ownership everywhere.
  *   block_hash / parent_hash / removed hashes : external hashes (opaque, per rank)

@@ -15,7 +15,8 @@ struct kvr_match {
 };
 
 /* Query flags. */
-#define KVR_MATCH_EARLY_EXIT 1u /* stop once one rank remains (may undercount; not replay-stable)  \
-                                 */
+#define KVR_MATCH_EARLY_EXIT                                                                       \
+    1u /* stop once one rank remains (may undercount; not replay-stable)                           \
+        */
 
 #endif

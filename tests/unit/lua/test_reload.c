@@ -271,6 +271,7 @@ struct worker {
     atomic_int woken;
     int idle; /* 1: never selects, polls only when woken */
     uint64_t decisions, bad, regress, max_gen;
+    char why[256]; /* the last bad decision */
 };
 
 static void wake_worker(void *ctx)
@@ -303,8 +304,11 @@ static void *worker_main(void *arg)
         w->decisions++;
         /* Every request gets its decision from a policy (never the fallback): 0 or 1. */
         if (rc != KVR_OK || d.status != KVR_LUA_OK || d.fallback || d.n_ranked != 1 ||
-            ranked[0] > 1)
+            ranked[0] > 1) {
             w->bad++;
+            snprintf(w->why, sizeof(w->why), "rc %d status %d fallback %d n %zu first %u: %.150s",
+                     rc, d.status, d.fallback, d.n_ranked, ranked[0], d.error);
+        }
         if (d.generation < w->max_gen)
             w->regress++;
         if (d.generation > w->max_gen)
@@ -344,7 +348,8 @@ START_TEST(reloads_under_load_lose_no_request)
         void *res;
         pthread_join(w[i].t, &res);
         ck_assert_ptr_null(res);
-        ck_assert_uint_eq(w[i].bad, 0);
+        ck_assert_msg(w[i].bad == 0, "%llu bad decisions, last: %s", (unsigned long long)w[i].bad,
+                      w[i].why);
         ck_assert_uint_eq(w[i].regress, 0);
         total += w[i].decisions;
     }
