@@ -79,13 +79,16 @@ int kvr_ffi_lanes_match(kvr_ffi_vm_t *vm, const uint64_t *locals, size_t n,
     if (expired(vm, err))
         return KVR_ETIMEDOUT;
     const struct kvr_lua_engine *e = &vm->rt->cfg.engine;
-    if (e->lanes == NULL) {
+    if (e->lanes == NULL && (e->index == NULL || kvr_index_ckf(e->index) == NULL)) {
         *err = "no lane index (CKF) bound";
         return KVR_ENOTFOUND;
     }
     if (n == 0)
         return KVR_OK;
-    int rc = e->lanes(e->lanes_ctx, locals, n, (struct kvr_match *)out, cap, n_out);
+    int rc =
+        e->lanes != NULL
+            ? e->lanes(e->lanes_ctx, locals, n, (struct kvr_match *)out, cap, n_out)
+            : kvr_index_find_matches_ckf(e->index, locals, n, (struct kvr_match *)out, cap, n_out);
     if (rc != KVR_OK && rc != KVR_ERANGE)
         *err = kvr_strerror(rc);
     return rc;

@@ -209,8 +209,9 @@ int kvr_ffi_index_match_tokens(kvr_ffi_vm_t *vm, const uint32_t *tokens, size_t 
                                struct kvr_ffi_match *out, size_t cap, size_t *n_out,
                                const char **err);
 
-/* Per-lane prefix depths from the CKF (or any lane index the host binds; lua.h
- * kvr_lua_engine.lanes): one entry per lane with depth > 0. KVR_ENOTFOUND when none is bound. */
+/* Per-lane prefix depths from the CKF: the host's lane index (lua.h kvr_lua_engine.lanes), else
+ * the CKF of the bound index (kind CKF or BOTH). One entry per lane with depth > 0.
+ * KVR_ENOTFOUND when there is neither. */
 int kvr_ffi_lanes_match(kvr_ffi_vm_t *vm, const uint64_t *locals, size_t n,
                         struct kvr_ffi_match *out, size_t cap, size_t *n_out, const char **err);
 

@@ -149,7 +149,8 @@ struct kvr_lua_engine {
     kvr_load_t *load;          /* load tracker: kvr.load, kvr_lua_prepare */
     uint32_t block_size;       /* tokens per block for token queries; 0 means 16 */
     uint32_t pad_;             /* zero */
-    kvr_lua_lanes_fn lanes;    /* CKF lanes: kvr.lanes */
+    kvr_lua_lanes_fn lanes;    /* lane index for kvr.lanes; NULL: the CKF of `index` if it
+                                  has one (kvr_index_find_matches_ckf) */
     void *lanes_ctx;           /* passed to lanes */
     kvr_lua_admin_fn dump;     /* operator scripts: kvr.admin.dump(path) */
     kvr_lua_admin_fn snapshot; /* operator scripts: kvr.admin.snapshot(path) */

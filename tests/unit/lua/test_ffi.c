@@ -450,6 +450,40 @@ START_TEST(live_load_and_prepare)
 }
 END_TEST
 
+START_TEST(lanes_from_the_index_ckf)
+{
+    /* No lanes callback: kvr.lanes asks the CKF of an index of kind BOTH. */
+    teardown_engine();
+    logcap_init(&lc);
+    struct kvr_index_config icfg = {.kind = KVR_INDEX_BOTH};
+    ck_assert_int_eq(kvr_index_new(&icfg, &idx), KVR_OK);
+    ld = NULL;
+    struct kvr_lua_config cfg;
+    kvr_lua_config_init(&cfg);
+    cfg.engine.index = idx;
+    rt = luafix_runtime(&cfg, &lc);
+    ck_assert_int_eq(kvr_lua_vm_new(rt, NULL, &vm), KVR_OK);
+    static const uint64_t q[] = {10, 11, 12};
+    uint64_t seq[3];
+    kvr_hash_chain(q, 3, seq);
+    struct kvr_block b[3];
+    for (int i = 0; i < 3; i++)
+        b[i] = (struct kvr_block){seq[i], q[i]}; /* canonical block hashes */
+    struct kvr_event ev = {.worker_id = 4, .kind = KVR_EVENT_STORED, .n = 3, .blocks = b};
+    ck_assert_int_eq(kvr_index_apply(idx, &ev), KVR_OK);
+    struct kvr_ffi_request req;
+    luafix_request(&req, 48, 16);
+    req.local_hashes = q;
+    struct kvr_ffi_candidate c[1];
+    luafix_cands(c, 1);
+    run_live("  local l = kvr.lanes(req)\n"
+             "  assert(l['4:0'] == 3, tostring(l['4:0']))\n"
+             "  assert(kvr.overlap(req)['4:0'] == 3)\n"
+             "  return c[1]",
+             &req, c, 1);
+}
+END_TEST
+
 START_TEST(unbound_engine_reports_not_available)
 {
     teardown_engine();
@@ -491,6 +525,7 @@ Suite *ffi_suite(void)
     tcase_add_test(eng, overlap_by_tokens);
     tcase_add_test(eng, many_ranks_grow_the_scratch);
     tcase_add_test(eng, live_load_and_prepare);
+    tcase_add_test(eng, lanes_from_the_index_ckf);
     tcase_add_test(eng, unbound_engine_reports_not_available);
     suite_add_tcase(s, eng);
     return s;
