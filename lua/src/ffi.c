@@ -190,7 +190,7 @@ void kvr_ffi_log(kvr_ffi_vm_t *vm, int level, const char *msg, size_t len)
         }
         vm->vm->last_log_ns[pid] = now;
     }
-    const char *pname = rt->names[pid].name;
+    const char *pname = vm->admin ? "(operator script)" : rt->names[pid].name;
     int shown = len > 2000 ? 2000 : (int)len;
     uint32_t sup = vm->vm ? vm->vm->suppressed[pid] : 0;
     if (sup > 0) {
