@@ -99,8 +99,11 @@ local function query(kind, a, n, bs, lora)
             end
             return res
         elseif rc == KVR_ERANGE then
-            match_cap = tonumber(n_out[0]) + 16
-            matches = ffi_new("struct kvr_ffi_match[?]", match_cap)
+            -- Buffer first, capacity second: an error (memory, or the time-budget hook, which
+            -- may fire between any two instructions) never leaves a capacity above the buffer.
+            local cap = tonumber(n_out[0]) + 16
+            matches = ffi_new("struct kvr_ffi_match[?]", cap)
+            match_cap = cap
         elseif rc == KVR_ETIMEDOUT then
             error("kvr: time budget exceeded", 0)
         else
@@ -152,8 +155,8 @@ function M.overlap_hashes(list)
     end
     local n = #list
     if n > hash_cap then
+        hashes = ffi_new("uint64_t[?]", n + 16) -- buffer first, capacity second
         hash_cap = n + 16
-        hashes = ffi_new("uint64_t[?]", hash_cap)
     end
     for i = 1, n do
         hashes[i - 1] = parse_u64(list[i], "kvr.overlap_hashes")
@@ -170,8 +173,8 @@ function M.overlap_tokens(list, lora, block_size)
     end
     local n = #list
     if n > tok_cap then
+        toks = ffi_new("uint32_t[?]", n + 64) -- buffer first, capacity second
         tok_cap = n + 64
-        toks = ffi_new("uint32_t[?]", tok_cap)
     end
     for i = 1, n do
         local t = list[i]

@@ -135,9 +135,12 @@ local last_n = 0
 local lazy = {} -- tables whose lazy string fields were materialised
 local n_lazy = 0
 
+-- The glue must stay consistent if an error (the time-budget hook fires between any two
+-- instructions once a call is over budget) interrupts it anywhere: every multi-step update below
+-- is ordered so that a half-done one is harmless or redone by the next call.
 local function remember(t)
+    lazy[n_lazy + 1] = t
     n_lazy = n_lazy + 1
-    lazy[n_lazy] = t
 end
 
 local req_mt = {
@@ -164,8 +167,8 @@ local req_mt = {
         else
             return nil
         end
+        remember(t) -- before the store: a materialised field is always on the clearing list
         rawset(t, k, v)
-        remember(t)
         return v
     end,
     __metatable = "kvr request",
@@ -229,8 +232,8 @@ local cand_mt = {
         else
             return nil
         end
-        rawset(t, k, v)
         remember(t)
+        rawset(t, k, v)
         return v
     end,
     __metatable = "kvr candidate",
@@ -246,8 +249,8 @@ local function pool_grow(n)
             t.healthy = true
         end
         t = setmetatable(t, cand_mt)
+        pos[t] = i -- before pool[i]: every pooled table is always known to pos
         pool[i] = t
-        pos[t] = i
     end
 end
 
@@ -299,14 +302,16 @@ local function scan_fields(f)
 end
 
 local function clear_lazy()
-    for i = 1, n_lazy do
+    for i = 1, n_lazy do -- idempotent: an interrupted pass is simply redone
         local t = lazy[i]
-        lazy[i] = nil
         if t == req then
             t.model, t.session, t.lora, t.headers, t.id = nil, nil, nil, nil, nil
-        else
+        elseif t ~= nil then
             t.url, t.labels, t.key = nil, nil, nil
         end
+    end
+    for i = n_lazy, 1, -1 do
+        lazy[i] = nil
     end
     n_lazy = 0
 end

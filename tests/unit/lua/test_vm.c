@@ -456,6 +456,45 @@ START_TEST(pcall_cannot_swallow_timeout)
 }
 END_TEST
 
+START_TEST(timeouts_inside_the_glue_leave_it_consistent)
+{
+    /* Once over budget, every instruction raises, also inside the runtime's own Lua (lazy
+     * fields, their clearing list). Whatever point it stops at, later requests see fresh data. */
+    use("glue",
+        "local function select(req, c)\n"
+        "  if req.model == 'live' then\n"
+        "    while true do for i = 1, #c do\n" /* re-materialise the lazy strings all the time */
+        "      c[i].url, c[i].key = nil, nil\n"
+        "      local a, b, k = c[i].url, c[i].labels, c[i].key end end\n"
+        "  elseif req.model == 'chek' then\n"
+        "    for i = 1, #c do if c[i].url ~= req.session or c[i].key ~= i + 99 .. ':0' then\n"
+        "      error('stale: ' .. tostring(c[i].url) .. ' ' .. tostring(c[i].key)) end end\n"
+        "  end\n"
+        "  return c[1]\n"
+        "end\n"
+        "return { select = select }\n",
+        0);
+    char url[32];
+    for (int round = 0; round < 40; round++) {
+        snprintf(url, sizeof(url), "http://w/%d", round);
+        for (int i = 0; i < 4; i++) {
+            cands[i].url = url;
+            cands[i].url_len = (uint32_t)strlen(url);
+        }
+        req.model = "live";
+        req.model_len = 4;
+        pick(4);
+        ck_assert_int_eq(d.status, KVR_LUA_ETIMEDOUT);
+        snprintf(url, sizeof(url), "http://x/%d", round); /* new strings, same length */
+        req.model = "chek";
+        req.session = url;
+        req.session_len = (uint32_t)strlen(url);
+        pick(4);
+        ck_assert_msg(d.status == KVR_LUA_OK, "round %d: %s", round, d.error);
+    }
+}
+END_TEST
+
 START_TEST(memory_bomb)
 {
     teardown();
@@ -746,6 +785,7 @@ Suite *vm_suite(void)
     tcase_add_test(edge, error_every_call);
     tcase_add_test(edge, infinite_loop_times_out);
     tcase_add_test(edge, pcall_cannot_swallow_timeout);
+    tcase_add_test(edge, timeouts_inside_the_glue_leave_it_consistent);
     tcase_add_test(edge, memory_bomb);
     tcase_add_test(edge, invalid_choices);
     tcase_add_test(edge, trusted_same_choice);
