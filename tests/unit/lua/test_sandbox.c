@@ -74,6 +74,8 @@ static const struct escape escapes[] = {
     {"getmetatable('').__index.dump = 1", "a boolean value"},
     {"local mt = getmetatable('') mt.__index = {}", "a boolean value"},
     {"(''):dump()", "method 'dump'"},
+    {"('').x.y = 1", "field 'x'"},
+    {"local gsub = ('').gsub gsub('a', 'a', 'b')", "patterns are not available"},
     {"string.dump(print)", "field 'dump'"},
     {"(''):gsub('x', 'y')", "patterns are not available"},
     {"('aaa'):match('(a*)*b')", "patterns are not available"},
