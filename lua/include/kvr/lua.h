@@ -67,7 +67,8 @@
  * Notes for the server (how to wire this in):
  *  - Startup: kvr_lua_config_init, set the engine handles, kvr_lua_runtime_new; install the
  *    policies (kvr_lua_policy_install with the text of --policy FILE, or kvr_lua_builtin_source
- *    for a shipped one) and kvr_lua_policy_bind(model or NULL for the default).
+ *    for a shipped one, which may be installed KVR_LUA_TRUSTED) and kvr_lua_policy_bind(model,
+ *    or NULL for the default: policies/README.md names the provisional default).
  *  - Each worker thread, on itself: kvr_lua_vm_new(rt, &vcfg, &vm) with vcfg.wake = a function
  *    that writes the worker's eventfd (it is called from the control thread after each install);
  *    on that wakeup call kvr_lua_vm_poll(vm). Per request: kvr_lua_prepare (or fill the
@@ -82,8 +83,10 @@
  *  - KV events: kvr_lua_vm_on_event on a VM whose policies keep their own state (optional).
  *  - Metrics: kvr_lua_policy_stats, kvr_lua_counters_foreach, kvr_lua_runtime_vm_generations.
  *
- * Thread-safety: runtime functions are thread-safe (one mutex, never held while Lua runs).
- * A VM is used only by the thread that created it (kvr_lua_vm_*), except where noted.
+ * Thread-safety: runtime functions are thread-safe. The registry mutex is never held while Lua
+ * runs; installs, removals and bindings are serialized by a second mutex, held during an
+ * install's validation (milliseconds). A VM is used only by the thread that created it
+ * (kvr_lua_vm_*), except where noted.
  */
 #ifndef KVR_LUA_H
 #define KVR_LUA_H
