@@ -65,6 +65,8 @@ void set_ref(struct policy_set *s);
 void set_unref(struct policy_set *s);
 /* Slot of a policy by name (pointer + length), or -1. */
 int set_find(const struct policy_set *s, const char *name, size_t len);
+/* Frees a definition's source and bytecode. */
+void def_clear(struct policy_def *p);
 
 /* ==== Lua states ============================================================================= */
 
@@ -212,6 +214,16 @@ void rt_log(kvr_lua_runtime_t *rt, int level, const char *fmt, ...)
 
 /* Name id for a policy name (registering it). -1 when the table is full. Caller holds rt->mu. */
 int rt_name_id(kvr_lua_runtime_t *rt, const char *name);
+
+/* 1 if name is a valid policy name (1..63 bytes of [A-Za-z0-9_.-]). */
+int rt_valid_name(const char *name, size_t len);
+
+/* Publishes s as the current set (caller holds rt->mu; takes ownership of s); returns the new
+ * generation. */
+uint64_t rt_publish(kvr_lua_runtime_t *rt, struct policy_set *s);
+
+/* Calls every registered VM's wake callback (caller holds no lock). */
+void rt_wake_all(kvr_lua_runtime_t *rt);
 
 /* Counter id for (policy_id, name), registering it. Thread-safe. */
 int rt_counter_id(kvr_lua_runtime_t *rt, uint32_t policy_id, const char *name, size_t len);
