@@ -8,6 +8,7 @@ PACKAGES=(
   libxxhash-dev libjson-c-dev check
   libluajit2-5.1-dev libevent-dev
   libzmq3-dev libmsgpack-dev
+  zlib1g-dev
   libnats-dev nats-server
   python3 python3-xxhash
   curl wrk
