@@ -2,20 +2,23 @@
 -- loads, Mirrokni, Thorup and Zadimoghaddam 2018, applied to KV prefixes).
 -- SPDX-License-Identifier: Apache-2.0
 --
--- Inputs   per candidate: overlap (cached blocks), requests (in-flight) or, with
---          load = "tokens", prefill_tokens + decode_blocks × block_size.
+-- Inputs   per candidate: overlap (cached blocks), requests (in-flight), prefill_tokens (active
+--          prefill tokens); with load = "tokens" the load is prefill_tokens + decode_blocks ×
+--          block_size instead of requests.
 -- Formula  total = Σ load;  bound = ceil(load_factor × (total + 1) / n)
 --          eligible = candidates with load + 1 <= bound (this request included; the least
 --                     loaded candidate is always eligible)
 --          among the eligible: the longest overlap; ties (including no overlap anywhere):
---          the lower load, then the earlier candidate.
--- Defaults load_factor 1.25, load "requests".
+--          the lower load, then the fewer active prefill tokens (the shorter prefill queue),
+--          then the earlier candidate.
+-- Defaults load_factor 2.0, load "requests" (measured with the policy lab, kvrouter sim:
+--          policies/README.md "The default", BENCHMARKS.md "Policy lab").
 -- Guarantees always returns one candidate; O(candidates); no candidate is ever sent more than
 --          load_factor × the mean load (+1), so one hot prefix cannot pile onto one worker,
 --          while every prefix stays on the worker that caches it as long as that worker is not
---          overloaded. kvrouter's provisional default policy (policies/README.md).
+--          overloaded. kvrouter's default policy (policies/README.md).
 local params = {
-    load_factor = 1.25,
+    load_factor = 2.0,
     load = "requests",
 }
 
@@ -28,15 +31,16 @@ local function select(req, candidates)
         total = total + (by_tokens and c.prefill_tokens + c.decode_blocks * bs or c.requests)
     end
     local bound = math.ceil(params.load_factor * (total + 1) / n)
-    local best, best_overlap, best_load = nil, -1, math.huge
+    local best, best_overlap, best_load, best_prefill = nil, -1, math.huge, math.huge
     local least, least_load = nil, math.huge
     for i = 1, n do
         local c = candidates[i]
         local l = by_tokens and c.prefill_tokens + c.decode_blocks * bs or c.requests
         if l + 1 <= bound then
-            local o = c.overlap
-            if o > best_overlap or (o == best_overlap and l < best_load) then
-                best, best_overlap, best_load = c, o, l
+            local o, p = c.overlap, c.prefill_tokens
+            if o > best_overlap or (o == best_overlap
+                    and (l < best_load or (l == best_load and p < best_prefill))) then
+                best, best_overlap, best_load, best_prefill = c, o, l, p
             end
         end
         if l < least_load then
@@ -49,16 +53,22 @@ end
 
 local function selftest()
     local req = { block_size = 16 }
-    local function cand(requests, overlap)
-        return { requests = requests, overlap = overlap, prefill_tokens = 0, decode_blocks = 0 }
+    local function cand(requests, overlap, prefill)
+        return { requests = requests, overlap = overlap, prefill_tokens = prefill or 0,
+                 decode_blocks = 0 }
     end
-    local hot, cold = cand(0, 10), cand(0, 0)
-    if select(req, { cold, hot }) ~= hot then
+    local hot, a, b, c = cand(0, 10), cand(0, 0), cand(0, 0), cand(0, 0)
+    if select(req, { a, b, c, hot }) ~= hot then
         return false, "the cached prefix must win at equal load"
     end
-    hot.requests = 10 -- total 10 -> bound ceil(1.25 * 11 / 2) = 7: hot is over it
-    if select(req, { cold, hot }) ~= cold then
+    -- total 10 -> bound ceil(2 × 11 / 4) = 6: hot (10 + 1 > 6) is over it
+    hot.requests = 10
+    if select(req, { a, b, c, hot }) ~= a then
         return false, "an overloaded worker must be skipped"
+    end
+    a.prefill_tokens = 500 -- equal overlap and requests: the shorter prefill queue
+    if select(req, { a, b, c, hot }) ~= b then
+        return false, "ties must go to the fewer active prefill tokens"
     end
     return true
 end

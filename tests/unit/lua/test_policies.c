@@ -223,13 +223,20 @@ START_TEST(bounded_affinity_fixtures)
                             {0, 2, 0, 0, 0, 0, 1, 0, -1}};
     fill(c, f, 4);
     ck_assert_uint_eq(decide("ba", &req, c, 4), 1); /* balanced: the longest overlap */
-    /* total 2+6+2+2 = 12 -> bound ceil(1.25 x 13 / 4) = 5: candidate 1 (6 + 1 > 5) is skipped. */
-    c[1].requests = 6;
+    /* total 2+8+2+2 = 14 -> bound ceil(2 x 15 / 4) = 8: candidate 1 (8 + 1 > 8) is skipped. */
+    c[1].requests = 8;
     ck_assert_uint_eq(decide("ba", &req, c, 4), 2);
     /* No overlap anywhere: the least loaded eligible candidate. */
     c[1].overlap = c[2].overlap = 0;
     c[3].requests = 1;
     ck_assert_uint_eq(decide("ba", &req, c, 4), 3);
+    /* Equal overlap and load: the fewer active prefill tokens, then the earlier candidate. */
+    c[1].requests = c[3].requests = 2;
+    c[0].prefill_tokens = 300;
+    c[1].prefill_tokens = 100;
+    c[2].prefill_tokens = 100;
+    c[3].prefill_tokens = 200;
+    ck_assert_uint_eq(decide("ba", &req, c, 4), 1);
     /* Property: routing a hot prefix repeatedly never loads anyone past the bound. */
     fill(c, f, 4);
     for (int i = 0; i < 4; i++)
@@ -240,8 +247,10 @@ START_TEST(bounded_affinity_fixtures)
         uint64_t total = 0;
         for (int i = 0; i < 4; i++)
             total += c[i].requests;
-        uint64_t bound = (uint64_t)ceil(1.25 * (double)(total + 1) / 4.0);
+        uint64_t bound = (uint64_t)ceil(2.0 * (double)(total + 1) / 4.0);
         ck_assert_uint_le(c[k].requests + 1, bound);
+        if (c[2].requests + 1 <= bound)
+            ck_assert_uint_eq(k, 2); /* the cached prefix wins while it is under the bound */
         c[k].requests++;
     }
     ck_assert_uint_gt(c[2].requests, c[0].requests); /* affinity is still visible */
