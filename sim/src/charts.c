@@ -62,6 +62,7 @@ void kvr_sim_report_hit_chart(FILE *f, const struct kvr_sim_report *rep)
     double *ys = calloc((rep->n + 1) * (nb ? nb : 1), sizeof(double));
     struct kvr_sim_svg_series *s = calloc(rep->n + 1, sizeof(*s));
     size_t ns = 0;
+    double top = 0; /* the y axis ends at the next tenth above the highest point */
     if (r0 != NULL && xs != NULL && ys != NULL && s != NULL) {
         for (uint32_t b = 0; b < nb; b++)
             xs[b] = bucket_x(rep, r0, b);
@@ -73,6 +74,7 @@ void kvr_sim_report_hit_chart(FILE *f, const struct kvr_sim_report *rep)
             for (uint32_t b = 0; b < nb; b++) {
                 uint64_t num = i < rep->n ? r->bucket_cached[b] : r->bucket_best[b];
                 y[b] = r->bucket_blocks[b] ? (double)num / (double)r->bucket_blocks[b] : NAN;
+                top = y[b] > top ? y[b] : top;
             }
             s[ns] = (struct kvr_sim_svg_series){i < rep->n ? r->name : "best achievable",
                                                 i < rep->n ? kvr_sim_report_color(i) : "#777",
@@ -89,7 +91,7 @@ void kvr_sim_report_hit_chart(FILE *f, const struct kvr_sim_report *rep)
                                   0,
                                   r0 ? x_max(rep, r0) : 1,
                                   0,
-                                  1,
+                                  top < 0.9 ? ceil(top * 10 + 1e-9) / 10 : 1,
                                   0,
                                   W,
                                   H};
