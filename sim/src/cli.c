@@ -35,7 +35,7 @@ static const char usage[] =
     "  --trace-block-tokens T  tokens per trace hash id (512)\n"
     "  --seed S                seeds the policies' RNG, the fallback and the simulator (1)\n"
     "  --time-scale X          arrival times x X (1; < 1 compresses the trace: more load)\n"
-    "  --limit N               replay only the first N requests (all)\n"
+    "  --limit N               replay only the first N requests of a trace (all)\n"
     "  --slots N               concurrency limit per worker (16)\n"
     "  --prefill-lanes N       prefills at once per worker (1; 0 = only the slot limit)\n"
     "  --prefill-us-per-token  prefill time per uncached input token in microseconds (100)\n"

@@ -25,17 +25,19 @@ int kvr_sim_pooled_hit_ratio(const struct kvr_sim_config *cfg, const struct kvr_
     size_t n = cfg->limit > 0 && cfg->limit < t->n ? (size_t)cfg->limit : t->n;
     struct kvr_sim_hasher h;
     struct kvr_sim_lru lru;
-    kvr_sim_lru_init(&lru, 0, cfg->cache_blocks * cfg->workers);
+    uint64_t cap = cfg->cache_blocks > UINT64_MAX / cfg->workers ? UINT64_MAX
+                                                                 : cfg->cache_blocks * cfg->workers;
+    kvr_sim_lru_init(&lru, 0, cap);
     uint64_t *buf = NULL;
-    size_t cap = 0;
+    size_t cap_buf = 0;
     uint64_t hit = 0, total = 0;
     int rc = kvr_sim_hasher_init(&h, t, cfg->block_size, e);
     for (size_t i = 0; i < n && rc == KVR_OK; i++) {
         const struct kvr_sim_request *r = &t->req[i];
         size_t nb = (size_t)r->n_ids * e;
-        if (2 * nb > cap) {
-            cap = 2 * nb;
-            uint64_t *nbuf = realloc(buf, cap * sizeof(*buf));
+        if (2 * nb > cap_buf) {
+            cap_buf = 2 * nb;
+            uint64_t *nbuf = realloc(buf, cap_buf * sizeof(*buf));
             if (nbuf == NULL) {
                 rc = KVR_ENOMEM;
                 break;
