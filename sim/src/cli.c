@@ -241,11 +241,13 @@ static void table(const struct kvr_sim_report *rep)
         double a =
             trace ? r->ttft_ms.p50 : (r->blocks ? (double)r->oracle_blocks / (double)r->blocks : 0);
         double b = trace ? r->ttft_ms.p99 : (double)r->expect_mismatches;
-        printf("%-20s %7.4f %7.4f %5.1f%% %6.3f %10.1f %10.1f %8.3f %7llu %10.0f\n", r->name,
-               r->hit_ratio, r->best_hit_ratio,
-               r->best_hit_ratio > 0 ? 100 * r->hit_ratio / r->best_hit_ratio : 0, r->imbalance, a,
-               b, trace ? r->throughput_rps : 0, (unsigned long long)r->policy.fallbacks,
-               r->decisions_per_s);
+        printf("%-20s %7.4f %7.4f %5.1f%% %6.3f ", r->name, r->hit_ratio, r->best_hit_ratio,
+               r->best_hit_ratio > 0 ? 100 * r->hit_ratio / r->best_hit_ratio : 0, r->imbalance);
+        if (trace)
+            printf("%10.1f %10.1f %8.3f", a, b, r->throughput_rps);
+        else
+            printf("%10.4f %10.0f %8s", a, b, "-");
+        printf(" %7llu %10.0f\n", (unsigned long long)r->policy.fallbacks, r->decisions_per_s);
         if (r->policy.first_error[0])
             printf("%-20s   first policy failure: %.*s\n", "",
                    (int)strcspn(r->policy.first_error, "\n"), r->policy.first_error);
