@@ -205,10 +205,49 @@ void srv_reply_start(struct srv_hreq *h, int status, const char *reason)
     evhttp_send_reply_start(h->req, status, reason != NULL ? reason : srv_status_text(status));
 }
 
+static void abort_now(struct srv_conn *c)
+{
+    struct srv_thread *t = c->t;
+    for (size_t k = 0; k < t->n_aborts; k++)
+        if (t->aborts[k] == c)
+            return;
+    if (t->n_aborts == t->cap_aborts) {
+        size_t cap = t->cap_aborts ? t->cap_aborts * 2 : 8;
+        struct srv_conn **v = realloc(t->aborts, cap * sizeof(*v));
+        if (v == NULL)
+            return; /* the write timeout closes it eventually */
+        t->aborts = v;
+        t->cap_aborts = cap;
+    }
+    t->aborts[t->n_aborts++] = c;
+    event_active(t->ev_abort, EV_READ, 0);
+}
+
+static void on_chunk_flushed(struct evhttp_connection *evcon, void *arg)
+{
+    struct srv_conn *c = arg;
+    (void)evcon;
+    if (c->abort_req != NULL)
+        abort_now(c); /* not from inside evhttp's write callback: on the next event */
+}
+
+void srv_http_run_aborts(struct srv_thread *t)
+{
+    while (t->n_aborts > 0) {
+        struct srv_conn *c = t->aborts[--t->n_aborts];
+        c->abort_req = NULL;
+        evhttp_connection_free(c->evcon); /* frees the cut request with it; closes */
+    }
+}
+
 void srv_reply_chunk(struct srv_hreq *h, struct evbuffer *buf)
 {
-    if (h->req != NULL && h->started)
-        evhttp_send_reply_chunk(h->req, buf);
+    if (h->req != NULL && h->started) {
+        if (h->conn != NULL)
+            evhttp_send_reply_chunk_with_cb(h->req, buf, on_chunk_flushed, h->conn);
+        else
+            evhttp_send_reply_chunk(h->req, buf);
+    }
     evbuffer_drain(buf, evbuffer_get_length(buf));
 }
 
@@ -224,11 +263,26 @@ void srv_reply_abort(struct srv_hreq *h)
 {
     if (h->req == NULL)
         return;
-    struct evhttp_connection *evcon = evhttp_request_get_connection(h->req);
+    struct evhttp_request *req = h->req;
+    struct srv_conn *c = h->conn;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     int status = h->status ? h->status : 502;
-    finish(h, status); /* clears the watch, so the close callback below does not call us */
-    if (evcon != NULL)
-        evhttp_connection_free(evcon); /* frees the request with it */
+    finish(h, status); /* clears the watch: the close callback will not call the owner */
+    if (evcon == NULL)
+        return;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    if (c != NULL && bev != NULL && evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
+        /* let what the client has not received yet go out first (its flush callback then
+         * closes), so it gets every byte the worker sent before failing */
+        c->abort_req = req;
+        return;
+    }
+    if (c != NULL) {
+        c->abort_req = req;
+        abort_now(c);
+        return;
+    }
+    evhttp_connection_free(evcon); /* frees the request with it */
 }
 
 void srv_hreq_gone(struct srv_hreq *h)
@@ -481,6 +535,16 @@ static void on_conn_close(struct evhttp_connection *evcon, void *arg)
     c->watch = NULL;
     if (w != NULL)
         w->gone(w);
+    if (c->abort_req != NULL) { /* a cut stream whose client left first */
+        if (evhttp_request_get_connection(c->abort_req) == NULL)
+            evhttp_send_reply_end(c->abort_req); /* detached: ours to free */
+        c->abort_req = NULL;
+        for (size_t k = 0; k < t->n_aborts; k++)
+            if (t->aborts[k] == c) {
+                t->aborts[k] = t->aborts[--t->n_aborts];
+                break;
+            }
+    }
     conn_remove(t, c);
     uint64_t n = atomic_load_explicit(&t->n_conns, memory_order_relaxed);
     atomic_store_explicit(&t->n_conns, n > 0 ? n - 1 : 0, memory_order_relaxed);
@@ -505,6 +569,7 @@ static struct srv_conn *conn_add(struct srv_thread *t, struct evhttp_connection 
     c->evcon = evcon;
     c->t = t;
     c->watch = NULL;
+    c->abort_req = NULL;
     size_t b = chash(t, evcon);
     c->hnext = t->ctab[b];
     t->ctab[b] = c;
@@ -572,6 +637,9 @@ void srv_http_conn_table_free(struct srv_thread *t)
     free(t->fresh);
     t->fresh = NULL;
     t->n_fresh = t->cap_fresh = 0;
+    free(t->aborts);
+    t->aborts = NULL;
+    t->n_aborts = t->cap_aborts = 0;
 }
 
 /* ==== dispatch ================================================================================ */

@@ -70,8 +70,9 @@ struct srv_conn_watch {
 struct srv_conn {
     struct evhttp_connection *evcon; /* borrowed (libevent owns it) */
     struct srv_thread *t;
-    struct srv_conn_watch *watch; /* the request in flight that wants to know, or NULL */
-    struct srv_conn *hnext;       /* hash chain / free list */
+    struct srv_conn_watch *watch;     /* the request in flight that wants to know, or NULL */
+    struct srv_conn *hnext;           /* hash chain / free list */
+    struct evhttp_request *abort_req; /* a cut stream waiting for its output to flush */
 };
 
 /* ==== requests ================================================================================ */
@@ -109,9 +110,12 @@ struct srv_thread {
     int listen_fd;
     struct evdns_base *dns;
     struct srv_mq mq;
-    struct event *ev_tick;  /* 1 s housekeeping */
-    struct event *ev_fresh; /* registers connections accepted this loop turn */
-    struct event *ev_grace; /* shutdown deadline */
+    struct event *ev_tick;    /* 1 s housekeeping */
+    struct event *ev_fresh;   /* registers connections accepted this loop turn */
+    struct event *ev_grace;   /* shutdown deadline */
+    struct event *ev_abort;   /* closes connections whose cut stream has flushed */
+    struct srv_conn **aborts; /* connections to close on ev_abort */
+    size_t n_aborts, cap_aborts;
 
     /* connections */
     struct srv_conn **ctab; /* hash: evcon -> record */
@@ -269,5 +273,6 @@ void srv_http_dispatch(struct evhttp_request *req, void *arg);
 struct bufferevent *srv_http_bevcb(struct event_base *base, void *arg);
 void srv_http_register_fresh(struct srv_thread *t);
 void srv_http_conn_table_free(struct srv_thread *t);
+void srv_http_run_aborts(struct srv_thread *t);
 
 #endif

@@ -22,6 +22,13 @@ static void on_fresh(evutil_socket_t fd, short what, void *arg)
     srv_http_register_fresh(arg);
 }
 
+static void on_abort(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    srv_http_run_aborts(arg);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct srv_thread *t = arg;
@@ -97,7 +104,8 @@ int srv_thread_init(struct srv *s, struct srv_thread *t, uint32_t idx, int liste
     t->ev_fresh = event_new(t->base, -1, 0, on_fresh, t);
     t->ev_tick = event_new(t->base, -1, EV_PERSIST, on_tick, t);
     t->ev_grace = evtimer_new(t->base, on_grace, t);
-    if (t->ev_fresh == NULL || t->ev_tick == NULL || t->ev_grace == NULL)
+    t->ev_abort = event_new(t->base, -1, 0, on_abort, t);
+    if (t->ev_fresh == NULL || t->ev_tick == NULL || t->ev_grace == NULL || t->ev_abort == NULL)
         goto oom;
     struct timeval one = {1, 0};
     event_add(t->ev_tick, &one);
@@ -179,6 +187,8 @@ void srv_thread_free(struct srv_thread *t)
         event_free(t->ev_tick);
     if (t->ev_grace)
         event_free(t->ev_grace);
+    if (t->ev_abort)
+        event_free(t->ev_abort);
     if (t->http != NULL) /* never started */
         evhttp_free(t->http);
     if (t->dns != NULL)
