@@ -13,7 +13,8 @@
 
 struct kvr_index {
     struct kvr_rwlock lock;
-    kvr_radix_t *radix;
+    kvr_radix_t *radix;   /* NULL for a CKF-only index */
+    kvr_ckf_index_t *ckf; /* NULL for a radix-only index */
     int kind;
     uint32_t max_hold;
     atomic_ullong queries;
@@ -26,8 +27,8 @@ int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
     if (cfg == NULL)
         cfg = &def;
     int kind = cfg->kind ? cfg->kind : KVR_INDEX_RADIX;
-    if (kind != KVR_INDEX_RADIX)
-        return KVR_EINVAL; /* the CKF index mode is configured separately (ckf_index.h) */
+    if (kind != KVR_INDEX_RADIX && kind != KVR_INDEX_CKF && kind != KVR_INDEX_BOTH)
+        return KVR_EINVAL;
     struct kvr_index *idx = calloc(1, sizeof(*idx));
     if (idx == NULL)
         return KVR_ENOMEM;
@@ -35,10 +36,16 @@ int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
         free(idx);
         return KVR_ENOMEM;
     }
-    if (kvr_radix_new(&idx->radix) != KVR_OK) {
+    int rc = KVR_OK;
+    if (kind != KVR_INDEX_CKF)
+        rc = kvr_radix_new(&idx->radix);
+    if (rc == KVR_OK && kind != KVR_INDEX_RADIX)
+        rc = kvr_ckf_index_new(cfg->ckf, &idx->ckf);
+    if (rc != KVR_OK) {
+        kvr_radix_free(idx->radix);
         kvr_rwlock_destroy(&idx->lock);
         free(idx);
-        return KVR_ENOMEM;
+        return rc;
     }
     idx->kind = kind;
     idx->max_hold = cfg->max_hold_blocks ? cfg->max_hold_blocks : DEFAULT_MAX_HOLD;
@@ -52,6 +59,7 @@ void kvr_index_free(kvr_index_t *idx)
     if (idx == NULL)
         return;
     kvr_radix_free(idx->radix);
+    kvr_ckf_index_free(idx->ckf);
     kvr_rwlock_destroy(&idx->lock);
     free(idx);
 }
@@ -59,6 +67,16 @@ void kvr_index_free(kvr_index_t *idx)
 kvr_radix_t *kvr_index_radix(kvr_index_t *idx)
 {
     return idx->radix;
+}
+
+kvr_ckf_index_t *kvr_index_ckf(kvr_index_t *idx)
+{
+    return idx->ckf;
+}
+
+int kvr_index_kind(const kvr_index_t *idx)
+{
+    return idx->kind;
 }
 
 /* ==== locking =============================================================================== */
@@ -131,6 +149,19 @@ static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev, uint3
     if (ev->domain > KVR_DOMAIN_CACHE_OWNER) {
         c->err_other++;
         return KVR_EDOMAIN;
+    }
+    if (idx->ckf != NULL) {
+        /* The CKF takes the whole event at once (its per-block work is a few probes). */
+        int crc = kvr_ckf_index_apply(idx->ckf, ev);
+        *budget += ev->n;
+        if (idx->radix == NULL) {
+            if (ev->kind == KVR_EVENT_STORED)
+                c->blocks_stored += ev->n;
+            else if (ev->kind == KVR_EVENT_REMOVED)
+                c->blocks_removed += ev->n;
+            count_result(c, crc, 0);
+            return crc;
+        }
     }
     switch (ev->kind) {
     case KVR_EVENT_STORED: {
@@ -222,18 +253,26 @@ size_t kvr_index_apply_batch(kvr_index_t *idx, const struct kvr_event *ev, size_
 
 int kvr_index_remove_worker(kvr_index_t *idx, uint64_t worker_id)
 {
+    int rc = KVR_ENOTFOUND, crc = KVR_ENOTFOUND;
     wlock(idx);
-    int rc = kvr_radix_remove_worker(idx->radix, worker_id);
+    if (idx->radix != NULL)
+        rc = kvr_radix_remove_worker(idx->radix, worker_id);
+    if (idx->ckf != NULL)
+        crc = kvr_ckf_index_remove_worker(idx->ckf, worker_id);
     wunlock(idx);
-    return rc;
+    return idx->radix != NULL ? rc : crc;
 }
 
 int kvr_index_remove_rank(kvr_index_t *idx, uint64_t worker_id, uint32_t dp_rank)
 {
+    int rc = KVR_ENOTFOUND, crc = KVR_ENOTFOUND;
     wlock(idx);
-    int rc = kvr_radix_remove_rank(idx->radix, worker_id, dp_rank);
+    if (idx->radix != NULL)
+        rc = kvr_radix_remove_rank(idx->radix, worker_id, dp_rank);
+    if (idx->ckf != NULL)
+        crc = kvr_ckf_index_remove_rank(idx->ckf, worker_id, dp_rank);
     wunlock(idx);
-    return rc;
+    return idx->radix != NULL ? rc : crc;
 }
 
 /* ==== queries =============================================================================== */
@@ -243,15 +282,35 @@ int kvr_index_find_matches(kvr_index_t *idx, const uint64_t *locals, size_t n, u
 {
     atomic_fetch_add_explicit(&idx->queries, 1, memory_order_relaxed);
     rlock(idx);
-    int rc = kvr_radix_find_matches(idx->radix, locals, n, flags, out, cap, n_out);
+    int rc = idx->radix != NULL
+                 ? kvr_radix_find_matches(idx->radix, locals, n, flags, out, cap, n_out)
+                 : kvr_ckf_index_find_matches(idx->ckf, locals, n, flags, out, cap, n_out);
+    runlock(idx);
+    return rc;
+}
+
+int kvr_index_find_matches_ckf(kvr_index_t *idx, const uint64_t *locals, size_t n,
+                               struct kvr_match *out, size_t cap, size_t *n_out)
+{
+    *n_out = 0;
+    if (idx->ckf == NULL)
+        return KVR_ESTATE;
+    atomic_fetch_add_explicit(&idx->queries, 1, memory_order_relaxed);
+    rlock(idx);
+    int rc = kvr_ckf_index_find_matches(idx->ckf, locals, n, 0, out, cap, n_out);
     runlock(idx);
     return rc;
 }
 
 void kvr_index_stats(kvr_index_t *idx, struct kvr_index_stats *out)
 {
+    memset(out, 0, sizeof(*out));
+    out->kind = idx->kind;
     rlock(idx);
-    kvr_radix_stats(idx->radix, &out->radix);
+    if (idx->radix != NULL)
+        kvr_radix_stats(idx->radix, &out->radix);
+    if (idx->ckf != NULL)
+        kvr_ckf_index_stats(idx->ckf, &out->ckf);
     out->counters = idx->c;
     runlock(idx);
     out->counters.queries = atomic_load_explicit(&idx->queries, memory_order_relaxed);
@@ -259,6 +318,9 @@ void kvr_index_stats(kvr_index_t *idx, struct kvr_index_stats *out)
 
 int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t cap, size_t *n_out)
 {
+    *n_out = 0;
+    if (idx->radix == NULL)
+        return KVR_ESTATE;
     rlock(idx);
     int rc = kvr_radix_rank_blocks(idx->radix, out, cap, n_out);
     runlock(idx);
@@ -267,6 +329,8 @@ int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t 
 
 int kvr_index_dump(kvr_index_t *idx, struct kvr_event_list *out)
 {
+    if (idx->radix == NULL)
+        return KVR_ESTATE;
     rlock(idx);
     int rc = kvr_radix_dump(idx->radix, out);
     runlock(idx);

@@ -6,15 +6,17 @@
  *                                        [ release, let readers in        ]   │ repeat
  *     reader threads ──find_matches──▶  [ read lock | walk tree | unlock ]    │
  *
- * One kvr_radix_t behind a writer-preferring reader-writer spin lock (engine/src/rwlock.h: waiters
- * spin briefly, then yield; a futex sleep per hand-off would cost more than the critical
- * sections). Readers hold the read lock only inside one find_matches call (a walk of
- * microseconds) and never allocate. Writers apply events
- * in bounded batches: the write lock is released after at most `max_hold_blocks` block
- * operations (large events are cut into chunks: removals in runs of hashes, stores as chained
- * sub-stores), so no reader waits behind a long write. Events of one rank must be applied in
- * order by one writer at a time (callers shard writers by worker_id); apply calls from several
- * threads are serialised by the lock.
+ * Kinds: RADIX (exact tree), CKF (compact cuckoo-filter lanes, kvr/ckf_index.h), BOTH (both fed
+ * by the same events; queries from the tree, lane depths from the CKF on request).
+ *
+ * One kvr_radix_t (and/or kvr_ckf_index_t) behind a writer-preferring reader-writer spin lock
+ * (engine/src/rwlock.h: waiters spin briefly, then yield; a futex sleep per hand-off would cost
+ * more than the critical sections). Readers hold the read lock only inside one find_matches call (a
+ * walk of microseconds) and never allocate. Writers apply events in bounded batches: the write lock
+ * is released after at most `max_hold_blocks` block operations (large events are cut into chunks:
+ * removals in runs of hashes, stores as chained sub-stores), so no reader waits behind a long
+ * write. Events of one rank must be applied in order by one writer at a time (callers shard writers
+ * by worker_id); apply calls from several threads are serialised by the lock.
  *
  * A reader concurrent with writes sees each block operation either before or after, never half:
  * it may undercount a chain still being stored, never overcount (index.md §3).
@@ -27,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvr/ckf_index.h"
 #include "kvr/event.h"
 #include "kvr/match.h"
 #include "kvr/radix.h"
@@ -40,8 +43,9 @@ enum kvr_index_kind {
 };
 
 struct kvr_index_config {
-    int kind;                 /* enum kvr_index_kind; 0 means KVR_INDEX_RADIX */
-    uint32_t max_hold_blocks; /* block operations per write-lock hold; 0 means 1024 */
+    int kind;                               /* enum kvr_index_kind; 0 means KVR_INDEX_RADIX */
+    uint32_t max_hold_blocks;               /* block operations per write-lock hold; 0 means 1024 */
+    const struct kvr_ckf_index_config *ckf; /* CKF settings (CKF/BOTH); NULL = defaults */
 };
 
 struct kvr_index_counters {
@@ -58,7 +62,9 @@ struct kvr_index_counters {
 };
 
 struct kvr_index_stats {
-    struct kvr_radix_stats radix;
+    int kind;                       /* enum kvr_index_kind */
+    struct kvr_radix_stats radix;   /* zeros without a radix tree */
+    struct kvr_ckf_index_stats ckf; /* zeros without a CKF */
     struct kvr_index_counters counters;
 };
 
@@ -81,7 +87,9 @@ size_t kvr_index_apply_batch(kvr_index_t *idx, const struct kvr_event *ev, size_
 int kvr_index_remove_worker(kvr_index_t *idx, uint64_t worker_id);
 int kvr_index_remove_rank(kvr_index_t *idx, uint64_t worker_id, uint32_t dp_rank);
 
-/* Prefix overlap of n local hashes; as kvr_radix_find_matches. Thread-safe (read lock). */
+/* Prefix overlap of n local hashes; as kvr_radix_find_matches. Answered by the radix tree when
+ * the index has one (RADIX, BOTH), else by the CKF (which may overcount, never undercount what
+ * it tracks). Thread-safe (read lock). */
 int kvr_index_find_matches(kvr_index_t *idx, const uint64_t *locals, size_t n, unsigned flags,
                            struct kvr_match *out, size_t cap, size_t *n_out);
 
@@ -91,11 +99,22 @@ void kvr_index_stats(kvr_index_t *idx, struct kvr_index_stats *out);
 /* Per-rank block counts (read lock); as kvr_radix_rank_blocks. */
 int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t cap, size_t *n_out);
 
+/* CKF lane depths for n local hashes (CKF or BOTH): as kvr_ckf_index_find_matches. KVR_ESTATE
+ * when the index has no CKF. Thread-safe (read lock). */
+int kvr_index_find_matches_ckf(kvr_index_t *idx, const uint64_t *locals, size_t n,
+                               struct kvr_match *out, size_t cap, size_t *n_out);
+
 /* Dumps the index as events (read lock held for the whole dump: a consistent cut).
- * Appends to *out (owned by the caller). */
+ * Appends to *out (owned by the caller). KVR_ESTATE for a CKF-only index (a filter cannot be
+ * dumped as events). */
 int kvr_index_dump(kvr_index_t *idx, struct kvr_event_list *out);
 
-/* The radix tree behind the index, for single-threaded tools and tests (no locking). Borrowed. */
+/* The radix tree / CKF behind the index, for single-threaded tools and tests (no locking).
+ * Borrowed; NULL when the index has none. */
 kvr_radix_t *kvr_index_radix(kvr_index_t *idx);
+kvr_ckf_index_t *kvr_index_ckf(kvr_index_t *idx);
+
+/* The index kind (enum kvr_index_kind). */
+int kvr_index_kind(const kvr_index_t *idx);
 
 #endif

@@ -151,6 +151,57 @@ START_TEST(large_events_are_chunked)
 }
 END_TEST
 
+START_TEST(ckf_and_both_kinds)
+{
+    struct corpus *c = malloc(sizeof(*c));
+    corpus_init(c);
+    /* The corpus' external hashes are not Dynamo sequence hashes: the CKF translates them. */
+    struct kvr_ckf_index_config ckf;
+    kvr_ckf_index_config_init(&ckf);
+    ckf.translate = 1;
+    for (int kind = KVR_INDEX_CKF; kind <= KVR_INDEX_BOTH; kind++) {
+        struct kvr_index_config cfg = {.kind = kind, .ckf = &ckf};
+        kvr_index_t *idx;
+        ck_assert_int_eq(kvr_index_new(&cfg, &idx), KVR_OK);
+        ck_assert_int_eq(kvr_index_kind(idx), kind);
+        for (int d = 0; d < 6; d++)
+            ck_assert_int_eq(store_range(idx, c, 1 + (uint64_t)d % 3, d, 0, 100 + d), KVR_OK);
+        for (int d = 0; d < 6; d++) {
+            struct kvr_match m[8];
+            size_t n;
+            ck_assert_int_eq(kvr_index_find_matches_ckf(idx, c->loc[d], DOCLEN, m, 8, &n), KVR_OK);
+            uint32_t got = 0;
+            for (size_t i = 0; i < n; i++)
+                if (m[i].worker_id == 1 + (uint64_t)d % 3)
+                    got = m[i].blocks;
+            ck_assert_uint_ge(got, (uint32_t)(100 + d)); /* never below what it tracks */
+            /* find_matches: exact from the tree (BOTH) or from the CKF (CKF) */
+            uint32_t s = score_of(idx, c->loc[d], DOCLEN, 1 + (uint64_t)d % 3);
+            if (kind == KVR_INDEX_BOTH)
+                ck_assert_uint_eq(s, (uint32_t)(100 + d));
+            else
+                ck_assert_uint_ge(s, (uint32_t)(100 + d));
+        }
+        struct kvr_index_stats st;
+        kvr_index_stats(idx, &st);
+        ck_assert_uint_eq(st.ckf.blocks,
+                          100 + 101 + 102 + 103 + 104 + 105); /* no rank shares a pair */
+        ck_assert_uint_gt(st.ckf.filter_bytes, 0);
+        struct kvr_event_list l;
+        kvr_event_list_init(&l);
+        ck_assert_int_eq(kvr_index_dump(idx, &l), kind == KVR_INDEX_CKF ? KVR_ESTATE : KVR_OK);
+        kvr_event_list_free(&l);
+        ck_assert_int_eq(kvr_index_remove_worker(idx, 1), KVR_OK);
+        ck_assert_uint_eq(score_of(idx, c->loc[0], DOCLEN, 1), 0);
+        kvr_index_free(idx);
+    }
+    struct kvr_index_config bad = {.kind = 9};
+    kvr_index_t *idx;
+    ck_assert_int_eq(kvr_index_new(&bad, &idx), KVR_EINVAL);
+    free(c);
+}
+END_TEST
+
 /* ==== concurrency =========================================================================== */
 
 struct shared {
@@ -300,6 +351,7 @@ Suite *index_suite(void)
     TCase *tc = tcase_create("api");
     tcase_add_test(tc, api_counters_and_tiers);
     tcase_add_test(tc, large_events_are_chunked);
+    tcase_add_test(tc, ckf_and_both_kinds);
     suite_add_tcase(s, tc);
     tc = tcase_create("concurrency");
     tcase_set_timeout(tc, 300);

@@ -1,0 +1,403 @@
+/* ckf_bench.c - kvr-ckf-bench: CKF microbenchmarks and op-stream replay with the CKF index.
+ * SPDX-License-Identifier: Apache-2.0
+ *
+ *   kvr-ckf-bench [micro] [--buckets N] [--seed S]
+ *       insertion success rate vs load, probes/s (1 and 16 lanes), 16-lane prefix searches/s
+ *       (search and linear reference), bytes per block
+ *   kvr-ckf-bench replay FILE [--expected N] [--translate] [--gen-a] [--max-load PCT]
+ *                             [--window W] [--check]
+ *       replays an op stream (spec/opstream.md) into the CKF index; every match is compared
+ *       with its expect: per query, an undercount (some worker below expect) or an overcount
+ *       (some worker above) is counted and reported, never a failure. Exit status 0 unless the
+ *       file cannot be read or parsed, or --check is given and the acceptance bar (0
+ *       undercounting queries, <= 0.1% overcounting queries, <= 3 bytes per block, no omission)
+ *       is missed (exit 1).
+ *
+ * The op stream is loaded with the shared loader (bench/opstream.h) before the clock starts.
+ *
+ * Figures: "filter bytes" are the bucket words of every CKF table (the compact index);
+ * "bytes per block" = filter bytes / (rank, block) entries held at the end; the exact side
+ * (ownership and translation maps) is reported separately. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvr/ckf.h"
+#include "kvr/ckf_index.h"
+#include "kvr/ckf_search.h"
+#include "kvr/err.h"
+#include "kvr/event.h"
+#include "kvr/hash.h"
+#include "opstream.h"
+
+static volatile uint64_t sink; /* keeps benchmark results alive */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* ==== micro =================================================================================== */
+
+static void bench_insert_vs_load(uint64_t nb, uint64_t seed)
+{
+    struct kvr_ckf_config cfg;
+    kvr_ckf_config_init(&cfg);
+    cfg.num_buckets = nb;
+    kvr_ckf_t *f = NULL;
+    if (kvr_ckf_new(&cfg, &f) != KVR_OK)
+        exit(1);
+    uint64_t slots = nb * 4, s = seed, stored = 0, first_fail = 0;
+    printf("insertion success rate vs load (%" PRIu64 " buckets, max_kicks %u):\n", nb,
+           KVR_CKF_MAX_KICKS);
+    double t0 = now_s(), t90 = 0;
+    uint64_t attempts_total = 0, attempts90 = 0;
+    for (int step = 0; step < 20; step++) {
+        uint64_t target = slots * (uint64_t)(step + 1) / 20, att = 0, ok = 0;
+        /* attempts until the load target is reached or 5% of slots attempts failed in a row */
+        while (stored < target && att < slots / 20 * 4) {
+            att++;
+            if (kvr_ckf_insert(f, rng_next(&s), NULL, NULL) == KVR_OK) {
+                ok++;
+                stored++;
+            } else if (first_fail == 0) {
+                first_fail = stored;
+            }
+        }
+        attempts_total += att;
+        if (step == 17) {
+            t90 = now_s() - t0;
+            attempts90 = attempts_total;
+        }
+        printf("  load %.2f-%.2f: %" PRIu64 " attempts, success %.4f\n", step * 0.05,
+               (step + 1) * 0.05, att, att ? (double)ok / (double)att : 0.0);
+        if (stored < target)
+            break;
+    }
+    double dt = now_s() - t0;
+    printf("  first failure at load %.4f; final load %.4f; %.2f M inserts/s up to load 0.90, "
+           "%.2f M attempts/s overall\n",
+           (double)first_fail / (double)slots, (double)stored / (double)slots,
+           t90 > 0 ? (double)attempts90 / t90 / 1e6 : 0.0, (double)attempts_total / dt / 1e6);
+    kvr_ckf_free(f);
+}
+
+struct fill {
+    kvr_ckf_table_t *t;
+    uint64_t *held; /* per lane: held hashes */
+    uint64_t n_per_lane;
+};
+
+static void fill_table(struct fill *fl, uint32_t lanes, uint64_t nb, double load, uint64_t seed)
+{
+    if (kvr_ckf_table_new(lanes, nb, KVR_CKF_DEFAULT_SEED, &fl->t) != KVR_OK)
+        exit(1);
+    struct kvr_ckf_rng rng;
+    struct kvr_ckf_kick *log = malloc(KVR_CKF_MAX_KICKS * sizeof(*log));
+    kvr_ckf_rng_seed_lane(&rng, seed, 0);
+    struct kvr_ckf_kicker k = {&rng, log, KVR_CKF_MAX_KICKS};
+    fl->n_per_lane = (uint64_t)(load * (double)(nb * 4));
+    uint64_t s = seed;
+    for (uint32_t l = 0; l < lanes; l++) {
+        struct kvr_ckf_view v;
+        kvr_ckf_table_view(fl->t, l, &v);
+        for (uint64_t i = 0; i < fl->n_per_lane; i++) {
+            struct kvr_ckf_key key;
+            kvr_ckf_key_make(rng_next(&s), KVR_CKF_DEFAULT_SEED, &key);
+            (void)kvr_ckf_view_insert(&v, &k, &key, NULL, NULL);
+        }
+    }
+    free(log);
+}
+
+static void bench_probes(uint64_t nb, uint64_t seed)
+{
+    for (uint32_t lanes = 1; lanes <= 16; lanes += 15) {
+        struct fill fl;
+        fill_table(&fl, lanes, nb, 0.8, seed);
+        const uint64_t n = 4000000;
+        uint64_t s = seed ^ 0x55, hits = 0;
+        double t0 = now_s();
+        for (uint64_t i = 0; i < n; i++) {
+            struct kvr_ckf_key key;
+            kvr_ckf_key_make(rng_next(&s), KVR_CKF_DEFAULT_SEED, &key);
+            hits += (uint64_t)__builtin_popcount(kvr_ckf_table_probe_key(fl.t, &key));
+        }
+        double dt = now_s() - t0;
+        printf("probes (%2u lanes, %" PRIu64 " buckets, load 0.80, %zu MiB): %.2f M probes/s "
+               "(%.1f ns, incl. addressing), %.2f M lane-probes/s; FPR %.3e (model %.3e)\n",
+               lanes, nb, kvr_ckf_table_words_bytes(fl.t) >> 20, (double)n / dt / 1e6,
+               dt / (double)n * 1e9, (double)n * lanes / dt / 1e6,
+               (double)hits / (double)(n * lanes), 8 * 0.8 / 65536);
+        printf("bytes per block (%u lanes at load 0.80): %.3f\n", lanes,
+               (double)kvr_ckf_table_words_bytes(fl.t) / (double)(fl.n_per_lane * lanes));
+        kvr_ckf_table_free(fl.t);
+    }
+}
+
+/* 16 lanes; `docs` documents of `len` blocks; each lane holds a random prefix of each document
+ * with probability 1/4 (depth uniform), up to 80% load. */
+static void bench_search(uint64_t nb, uint64_t seed, size_t docs, size_t len)
+{
+    const size_t DOCS = docs, LEN = len;
+    kvr_ckf_table_t *t = NULL;
+    if (kvr_ckf_table_new(16, nb, KVR_CKF_DEFAULT_SEED, &t) != KVR_OK)
+        exit(1);
+    uint64_t *seq = malloc((size_t)DOCS * LEN * sizeof(*seq)), s = seed;
+    for (size_t i = 0; i < (size_t)DOCS * LEN; i++)
+        seq[i] = rng_next(&s);
+    struct kvr_ckf_rng rng;
+    struct kvr_ckf_kick *log = malloc(KVR_CKF_MAX_KICKS * sizeof(*log));
+    kvr_ckf_rng_seed_lane(&rng, seed, 0);
+    struct kvr_ckf_kicker k = {&rng, log, KVR_CKF_MAX_KICKS};
+    uint64_t budget = nb * 4 * 8 / 10, total = 0;
+    for (uint32_t l = 0; l < 16; l++) {
+        struct kvr_ckf_view v;
+        kvr_ckf_table_view(t, l, &v);
+        uint64_t used = 0;
+        for (size_t d = 0; d < DOCS && used < budget; d++) {
+            if (rng_next(&s) % 4 != 0)
+                continue;
+            uint64_t depth = rng_next(&s) % (LEN + 1);
+            for (uint64_t i = 0; i < depth && used < budget; i++, used++) {
+                struct kvr_ckf_key key;
+                kvr_ckf_key_make(seq[d * LEN + i], KVR_CKF_DEFAULT_SEED, &key);
+                (void)kvr_ckf_view_insert(&v, &k, &key, NULL, NULL);
+            }
+        }
+        total += used;
+    }
+    const int n = (int)(12800000 / LEN);
+    uint32_t depths[16];
+    uint64_t sum = 0, sum_lin = 0;
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        size_t d = (size_t)(rng_next(&s) % DOCS);
+        kvr_ckf_table_search(t, &seq[d * LEN], LEN, 0xFFFF, 8, depths);
+        sum += depths[i & 15];
+    }
+    double dt = now_s() - t0;
+    s = seed;
+    double t1 = now_s();
+    for (int i = 0; i < n; i++) {
+        size_t d = (size_t)(rng_next(&s) % DOCS);
+        kvr_ckf_table_search_linear(t, &seq[d * LEN], LEN, 0xFFFF, depths);
+        sum_lin += depths[i & 15];
+    }
+    double dl = now_s() - t1;
+    printf("prefix search (16 lanes, %" PRIu64 " buckets, load %.2f, %zu-block requests): "
+           "%.0f searches/s (%.2f us); linear reference %.0f searches/s (%.2f us)\n",
+           nb, (double)total / (double)(nb * 4 * 16), LEN, n / dt, dt / n * 1e6, n / dl,
+           dl / n * 1e6);
+    sink = sum + sum_lin;
+    free(seq);
+    free(log);
+    kvr_ckf_table_free(t);
+}
+
+/* ==== replay ================================================================================== */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int replay(const char *path, uint64_t expected, int translate, int gen_a, uint32_t max_load,
+                  uint32_t window, int check)
+{
+    struct kvr_opstream s;
+    char err[256];
+    kvr_opstream_init(&s);
+    int rc = kvr_opstream_load(path, &s, err, sizeof(err));
+    if (rc != KVR_OK) {
+        fprintf(stderr, "kvr-ckf-bench: %s: %s\n", path, err);
+        kvr_opstream_free(&s);
+        return 2;
+    }
+    struct kvr_ckf_index_config cfg;
+    kvr_ckf_index_config_init(&cfg);
+    cfg.expected_blocks_per_rank = expected;
+    cfg.translate = translate;
+    cfg.sizing = gen_a ? KVR_CKF_SIZING_GEN_A : KVR_CKF_SIZING_COMPACT;
+    if (max_load)
+        cfg.max_load_pct = max_load;
+    if (window)
+        cfg.window = window;
+    kvr_ckf_index_t *idx = NULL;
+    rc = kvr_ckf_index_new(&cfg, &idx);
+    if (rc != KVR_OK) {
+        fprintf(stderr, "kvr-ckf-bench: bad index config (%s)\n", kvr_strerror(rc));
+        kvr_opstream_free(&s);
+        return 2;
+    }
+    size_t queries = 0, under_q = 0, over_q = 0, under_r = 0, over_r = 0, events = 0;
+    size_t event_errors = 0, block_ops = 0, n_lat = 0;
+    uint64_t over_blocks = 0;
+    double *lat = malloc((s.n_queries + 1) * sizeof(*lat)), t_apply = 0, t_query = 0;
+    struct kvr_match out[256];
+    if (lat == NULL)
+        exit(2);
+    for (size_t i = 0; i < s.n_ops; i++) {
+        const struct kvr_opstream_op *op = &s.ops[i];
+        if (op->kind == KVR_OPSTREAM_EVENT) {
+            const struct kvr_event *ev = &s.events.ev[op->index];
+            double t0 = now_s();
+            int erc = kvr_ckf_index_apply(idx, ev);
+            t_apply += now_s() - t0;
+            events++;
+            block_ops += ev->n;
+            event_errors += erc != KVR_OK;
+            continue;
+        }
+        const struct kvr_opstream_query *q = &s.queries[op->index];
+        const struct kvr_opstream_expect *ex = kvr_opstream_query_expects(&s, q);
+        size_t n = 0;
+        double t0 = now_s();
+        rc = kvr_ckf_index_find_matches(idx, kvr_opstream_query_hashes(&s, q), q->n, 0, out, 256,
+                                        &n);
+        double dt = now_s() - t0;
+        t_query += dt;
+        block_ops += q->n;
+        lat[n_lat++] = dt;
+        queries++;
+        int under = 0, over = 0;
+        /* every expected worker: CKF score vs expect; every scored worker not expected: over */
+        for (uint32_t e = 0; e < q->n_expect; e++) {
+            uint32_t got = 0;
+            for (size_t k = 0; k < n; k++)
+                if (out[k].worker_id == ex[e].worker_id && out[k].dp_rank == 0)
+                    got = out[k].blocks;
+            if (got < ex[e].blocks) {
+                under = 1;
+                under_r++;
+            } else if (got > ex[e].blocks) {
+                over = 1;
+                over_r++;
+                over_blocks += got - ex[e].blocks;
+            }
+        }
+        for (size_t k = 0; k < n; k++) {
+            int known = 0;
+            for (uint32_t e = 0; e < q->n_expect; e++)
+                known |= out[k].worker_id == ex[e].worker_id;
+            if (!known) {
+                over = 1;
+                over_r++;
+                over_blocks += out[k].blocks;
+            }
+        }
+        if (under && under_q < 5)
+            fprintf(stderr, "undercount at line %u (query of %u blocks)\n", op->line, q->n);
+        under_q += (size_t)under;
+        over_q += (size_t)over;
+    }
+    struct kvr_ckf_index_stats st;
+    kvr_ckf_index_stats(idx, &st);
+    qsort(lat, n_lat, sizeof(*lat), cmp_double);
+    double p99 = n_lat ? lat[(size_t)((double)n_lat * 0.99)] : 0;
+    printf("replay %s (CKF index, %s hashes, expected_blocks_per_rank %" PRIu64
+           ", %s sizing, max_load %u%%, window %u)\n",
+           path, translate ? "translated" : "canonical", expected, gen_a ? "gen A" : "compact",
+           cfg.max_load_pct, cfg.window);
+    printf("  lines %zu: events %zu (errors %zu: err_block %" PRIu64 ", err_parent %" PRIu64
+           "), queries %zu\n",
+           s.n_ops, events, event_errors, st.err_block, st.err_parent, queries);
+    printf("  undercounting queries: %zu (%zu rank answers)\n", under_q, under_r);
+    printf("  overcounting queries:  %zu = %.4f%% (%zu rank answers, %" PRIu64 " extra blocks)\n",
+           over_q, queries ? 100.0 * (double)over_q / (double)queries : 0.0, over_r, over_blocks);
+    printf("  ranks %" PRIu64 ", groups %" PRIu64 ", levels %" PRIu64 " (growths %" PRIu64
+           "), omissions %" PRIu64 ", invariant violations %" PRIu64 "\n",
+           st.ranks, st.groups, st.levels, st.growths, st.omissions, st.invariant);
+    printf("  blocks held %" PRIu64 " (fingerprints %" PRIu64 ", slot load %.3f)\n", st.blocks,
+           st.fingerprints, st.slots ? (double)st.fingerprints / (double)st.slots : 0.0);
+    printf("  filter bytes %zu = %.3f bytes per stored block (compact index)\n", st.filter_bytes,
+           st.blocks ? (double)st.filter_bytes / (double)st.blocks : 0.0);
+    printf("  exact side (ownership%s maps) %zu bytes = %.2f bytes per block (not in the "
+           "figure above)\n",
+           translate ? " + translation" : "", st.exact_bytes,
+           st.blocks ? (double)st.exact_bytes / (double)st.blocks : 0.0);
+    printf("  apply %.3f s (%.0f events/s); find_matches %.3f s (%.0f queries/s, p99 %.1f us); "
+           "%.0f block ops/s overall\n",
+           t_apply, (double)events / t_apply, t_query, (double)queries / t_query, p99 * 1e6,
+           (double)block_ops / (t_apply + t_query));
+    int status = 0;
+    if (check) {
+        /* the acceptance bar of the CKF index mode on the Mooncake conversation stream */
+        double over_pct = queries ? 100.0 * (double)over_q / (double)queries : 0.0;
+        double bpb = st.blocks ? (double)st.filter_bytes / (double)st.blocks : 0.0;
+        int ok = under_q == 0 && over_pct <= 0.1 && bpb <= 3.0 && st.omissions == 0;
+        printf("  check (0 undercounts, <= 0.1%% overcounting queries, <= 3 bytes per block): "
+               "%s\n",
+               ok ? "PASS" : "FAIL");
+        status = ok ? 0 : 1;
+    }
+    free(lat);
+    kvr_ckf_index_free(idx);
+    kvr_opstream_free(&s);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t nb = 1u << 16, seed = 1, expected = 16384;
+    uint32_t max_load = 0, window = 0;
+    int translate = 0, gen_a = 0, check = 0;
+    const char *mode = "micro", *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--buckets") == 0 && i + 1 < argc)
+            nb = strtoull(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--expected") == 0 && i + 1 < argc)
+            expected = strtoull(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--max-load") == 0 && i + 1 < argc)
+            max_load = (uint32_t)strtoul(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
+            window = (uint32_t)strtoul(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--translate") == 0)
+            translate = 1;
+        else if (strcmp(argv[i], "--gen-a") == 0)
+            gen_a = 1;
+        else if (strcmp(argv[i], "--check") == 0)
+            check = 1;
+        else if (strcmp(argv[i], "micro") == 0 || strcmp(argv[i], "replay") == 0)
+            mode = argv[i];
+        else if (file == NULL && argv[i][0] != '-')
+            file = argv[i];
+        else {
+            fprintf(stderr, "usage: kvr-ckf-bench [micro] [--buckets N] [--seed S]\n"
+                            "       kvr-ckf-bench replay FILE [--expected N] [--translate] "
+                            "[--gen-a] [--max-load PCT] [--window W] [--check]\n");
+            return 2;
+        }
+    }
+    if (strcmp(mode, "replay") == 0) {
+        if (file == NULL) {
+            fprintf(stderr, "kvr-ckf-bench: replay needs an op-stream file\n");
+            return 2;
+        }
+        return replay(file, expected, translate, gen_a, max_load, window, check);
+    }
+    if (!kvr_ckf_buckets_valid(nb)) {
+        fprintf(stderr, "kvr-ckf-bench: --buckets must be a power of two >= 2\n");
+        return 2;
+    }
+    bench_insert_vs_load(nb, seed);
+    bench_probes(nb, seed);
+    bench_search(nb, seed, 32768, 64);
+    bench_search(nb, seed, 4096, 512);
+    return 0;
+}
