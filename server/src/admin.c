@@ -148,6 +148,8 @@ static void status(struct srv_hreq *h)
         srv_jw_u64(&w, m->block_size);
         srv_jw_raw(&w, ",\"kind\":");
         srv_jw_cstr(&w, srv_kind_name(m->kind));
+        srv_jw_raw(&w, ",\"index_kind\":");
+        srv_jw_cstr(&w, srv_index_kind_name(m->index_kind));
         srv_jw_raw(&w, ",\"tokenizer\":");
         srv_jw_cstr(&w, srv_tokenizer_name(m->tokenizer));
         srv_jw_raw(&w, ",\"policy\":");

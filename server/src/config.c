@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 
@@ -248,6 +249,21 @@ int srv_tokenizer_parse(const char *s)
     return -1;
 }
 
+int srv_index_kind_parse(const char *s)
+{
+    static const char *const names[] = {"radix", "ckf", "both"};
+    for (int k = 0; k < 3; k++)
+        if (strcmp(s, names[k]) == 0)
+            return k + 1; /* KVR_INDEX_RADIX = 1, CKF = 2, BOTH = 3 */
+    return -1;
+}
+
+const char *srv_index_kind_name(int kind)
+{
+    static const char *const names[] = {"radix", "ckf", "both"};
+    return kind >= 1 && kind <= 3 ? names[kind - 1] : "radix";
+}
+
 const char *srv_kind_name(int kind)
 {
     return kind >= 0 && kind < 2 ? kind_names[kind] : "?";
@@ -449,6 +465,7 @@ static struct srv_model_cfg *model_new(struct srv_config *cfg)
     memset(m, 0, sizeof(*m));
     m->block_size = 0; /* 0 = the global default, resolved in finish */
     m->kind = SRV_KIND_EVENTS;
+    m->index_kind = 1; /* KVR_INDEX_RADIX */
     m->tokenizer = -1; /* unset: the global default */
     m->byte_chunk = 4;
     m->approx_ttl_ms = 120000;
@@ -499,7 +516,16 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
         m->block_size = (uint32_t)u;
         return 0;
     }
-    if (strcmp(key, "kind") == 0 || strcmp(key, "index") == 0) {
+    if (strcmp(key, "index") == 0) {
+        int k = v ? srv_index_kind_parse(v) : -1;
+        if (k < 0) {
+            errf(err, err_len, "%s.index: expected radix, ckf or both, got '%s'", who, v ? v : "");
+            return -1;
+        }
+        m->index_kind = k;
+        return 0;
+    }
+    if (strcmp(key, "kind") == 0) {
         int k = v ? srv_kind_parse(v) : -1;
         if (k < 0) {
             errf(err, err_len, "%s.kind: expected events or approx, got '%s'", who, v ? v : "");
@@ -578,8 +604,8 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
         return 0;
     }
     errf(err, err_len,
-         "%s: unknown key '%s' (known: name, tenant, block_size, kind, tokenizer, byte_chunk, "
-         "policy, ttl, max_blocks, prune_ratio, overlap_weight, temperature)",
+         "%s: unknown key '%s' (known: name, tenant, block_size, kind, index, tokenizer, "
+         "byte_chunk, policy, ttl, max_blocks, prune_ratio, overlap_weight, temperature)",
          who, key);
     return -1;
 bad_name:
@@ -770,6 +796,7 @@ int srv_config_add_worker_spec(struct srv_config *cfg, const char *spec, char *e
 #define LUA_MEM_CAP (64u << 20)
 #define LUA_INSN_BUDGET 50000000u /* instructions for the whole chunk */
 #define LUA_HOOK_EVERY 1000
+#define LUA_TIME_BUDGET_S 2.0 /* wall time for the whole chunk (C functions included) */
 
 struct lua_alloc {
     size_t used;
@@ -792,6 +819,13 @@ static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return p;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void budget_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
@@ -800,7 +834,10 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
     lua_pop(L, 1);
     lua_pushnumber(L, n);
     lua_setfield(L, LUA_REGISTRYINDEX, "kvr.cfg.insns");
-    if (n > LUA_INSN_BUDGET)
+    lua_getfield(L, LUA_REGISTRYINDEX, "kvr.cfg.t0");
+    double t0 = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    if (n > LUA_INSN_BUDGET || mono_s() - t0 > LUA_TIME_BUDGET_S)
         luaL_error(L, "config file exceeds its instruction budget (a loop that never ends?)");
 }
 
@@ -1091,6 +1128,8 @@ int srv_config_load_text(struct srv_config *cfg, const char *text, size_t len, c
     lua_setfenv(L, -2);
     lua_pushnumber(L, 0);
     lua_setfield(L, LUA_REGISTRYINDEX, "kvr.cfg.insns");
+    lua_pushnumber(L, mono_s());
+    lua_setfield(L, LUA_REGISTRYINDEX, "kvr.cfg.t0");
     lua_sethook(L, budget_hook, LUA_MASKCOUNT, LUA_HOOK_EVERY);
     if (lua_pcall(L, 0, 1, 0) != 0) {
         const char *m = lua_tostring(L, -1);
@@ -1255,6 +1294,7 @@ void srv_config_usage(FILE *out)
             "  --config FILE          Lua config file returning a table (see docs/SERVER.md)\n"
             "  --model SPEC           add a model (repeatable; Lua: models = {...}):\n"
             "                         NAME[:TENANT][,block_size=N][,kind=events|approx]\n"
+            "                         [,index=radix|ckf|both]\n"
             "                         [,tokenizer=auto|worker|bytes|none][,policy=FILE|NAME]\n"
             "                         [,byte_chunk=N][,ttl=DUR][,max_blocks=N][,prune_ratio=R]\n"
             "                         [,overlap_weight=W][,temperature=T]\n"

@@ -61,6 +61,7 @@ struct srv_model_cfg {
     char *tenant;               /* tenant (owned), "default" */
     uint32_t block_size;        /* tokens per block, 2..65536 */
     int kind;                   /* enum srv_model_kind */
+    int index_kind;             /* enum kvr_index_kind: radix (default), ckf, both */
     int tokenizer;              /* enum srv_tokenizer */
     uint32_t byte_chunk;        /* bytes tokenizer: bytes per pseudo-token (1..4; default 4) */
     char *policy;               /* policy name or file for this model (owned), or NULL = default */
@@ -171,8 +172,10 @@ void srv_config_usage(FILE *out);
 int srv_parse_size(const char *s, uint64_t *out);        /* "4096", "8K", "16M", "1G" */
 int srv_parse_duration_ms(const char *s, uint64_t *out); /* "30" (s), "1.5", "500ms", "2m" */
 int srv_parse_listen(const char *s, char *host, size_t host_cap, uint16_t *port);
-int srv_kind_parse(const char *s);      /* "events" | "approx" -> enum, or -1 */
-int srv_tokenizer_parse(const char *s); /* "auto" | "worker" | "bytes" | "none" -> enum, or -1 */
+int srv_kind_parse(const char *s);       /* "events" | "approx" -> enum, or -1 */
+int srv_tokenizer_parse(const char *s);  /* "auto" | "worker" | "bytes" | "none" -> enum, or -1 */
+int srv_index_kind_parse(const char *s); /* "radix" | "ckf" | "both" -> kvr_index_kind, or -1 */
+const char *srv_index_kind_name(int kind);
 const char *srv_kind_name(int kind);
 const char *srv_tokenizer_name(int tok);
 

@@ -105,7 +105,7 @@ static void finish(struct srv_hreq *h, int status)
     uint64_t inflight = atomic_load_explicit(&t->inflight, memory_order_relaxed) - 1;
     atomic_store_explicit(&t->inflight, inflight, memory_order_relaxed);
     if (t->draining && inflight == 0)
-        event_base_loopexit(t->base, NULL);
+        srv_http_exit_when_flushed(t);
 }
 
 void srv_reply_header(struct srv_hreq *h, const char *name, const char *value)
@@ -553,19 +553,28 @@ static void on_conn_close(struct evhttp_connection *evcon, void *arg)
         set_accepting(t, 1);
 }
 
-/* Creates the record of a connection and hooks its close callback. */
-static struct srv_conn *conn_add(struct srv_thread *t, struct evhttp_connection *evcon)
+/* Creates the record of a connection and hooks its close callback. `counted`: the bufferevent
+ * hook already counted it. */
+static struct srv_conn *conn_add(struct srv_thread *t, struct evhttp_connection *evcon, int counted)
 {
     uint64_t n = atomic_load_explicit(&t->n_conns, memory_order_relaxed);
-    if (t->ctab == NULL || n + 1 > (t->ctab_mask + 1) * 2)
+    if (!counted) {
+        atomic_store_explicit(&t->n_conns, ++n, memory_order_relaxed);
+        srv_stat_add(&t->st.conns_accepted, 1);
+    }
+    if (t->ctab == NULL || n > (t->ctab_mask + 1) * 2)
         ctab_grow(t);
-    if (t->ctab == NULL)
-        return NULL;
     struct srv_conn *c = t->cfree;
-    if (c != NULL)
+    if (t->ctab == NULL)
+        c = NULL;
+    else if (c != NULL)
         t->cfree = c->hnext;
-    else if ((c = malloc(sizeof(*c))) == NULL)
+    else
+        c = malloc(sizeof(*c));
+    if (c == NULL) { /* untracked: uncount it */
+        atomic_store_explicit(&t->n_conns, n - 1, memory_order_relaxed);
         return NULL;
+    }
     c->evcon = evcon;
     c->t = t;
     c->watch = NULL;
@@ -573,10 +582,8 @@ static struct srv_conn *conn_add(struct srv_thread *t, struct evhttp_connection 
     size_t b = chash(t, evcon);
     c->hnext = t->ctab[b];
     t->ctab[b] = c;
-    atomic_store_explicit(&t->n_conns, n + 1, memory_order_relaxed);
-    srv_stat_add(&t->st.conns_accepted, 1);
     evhttp_connection_set_closecb(evcon, on_conn_close, c);
-    if (n + 1 >= t->max_conns)
+    if (n >= t->max_conns)
         set_accepting(t, 0);
     return c;
 }
@@ -599,6 +606,13 @@ struct bufferevent *srv_http_bevcb(struct event_base *base, void *arg)
     /* evhttp finishes setting the connection up after this returns; registering it from an
      * event activated now runs in this same loop turn, before any of its bytes are read */
     event_active(t->ev_fresh, EV_READ, 0);
+    /* counted here, so the cap holds within one accept batch (the listener checks whether
+     * the callback disabled it after every accepted connection) */
+    uint64_t n = atomic_load_explicit(&t->n_conns, memory_order_relaxed) + 1;
+    atomic_store_explicit(&t->n_conns, n, memory_order_relaxed);
+    srv_stat_add(&t->st.conns_accepted, 1);
+    if (n >= t->max_conns)
+        set_accepting(t, 0);
     return bev;
 }
 
@@ -610,12 +624,49 @@ void srv_http_register_fresh(struct srv_thread *t)
         bufferevent_getcb(bev, NULL, NULL, NULL, &cbarg);
         struct evhttp_connection *evcon = cbarg;
         /* evhttp sets the connection as its bufferevent's callback argument; check before use */
-        if (evcon == NULL || evhttp_connection_get_bufferevent(evcon) != bev)
+        if (evcon == NULL || evhttp_connection_get_bufferevent(evcon) != bev ||
+            conn_find(t, evcon) != NULL) {
+            uint64_t n = atomic_load_explicit(&t->n_conns, memory_order_relaxed);
+            atomic_store_explicit(&t->n_conns, n > 0 ? n - 1 : 0, memory_order_relaxed);
             continue;
-        if (conn_find(t, evcon) == NULL)
-            conn_add(t, evcon);
+        }
+        conn_add(t, evcon, 1);
     }
     t->n_fresh = 0;
+}
+
+/* 1 if some client connection still has bytes to send. */
+static int output_pending(struct srv_thread *t)
+{
+    if (t->n_aborts > 0)
+        return 1;
+    for (size_t k = 0; t->ctab != NULL && k <= t->ctab_mask; k++)
+        for (struct srv_conn *c = t->ctab[k]; c != NULL; c = c->hnext) {
+            struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+            if (bev != NULL && evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+                return 1;
+        }
+    return 0;
+}
+
+static void on_flush_check(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv_thread *t = arg;
+    (void)fd;
+    (void)what;
+    srv_http_exit_when_flushed(t);
+}
+
+void srv_http_exit_when_flushed(struct srv_thread *t)
+{
+    if (!output_pending(t)) {
+        event_base_loopexit(t->base, NULL);
+        return;
+    }
+    /* the last replies are still in the socket buffers' queue: look again shortly (the grace
+     * timer bounds the wait) */
+    struct timeval tv = {0, 5000};
+    event_base_once(t->base, -1, EV_TIMEOUT, on_flush_check, t, &tv);
 }
 
 void srv_http_conn_table_free(struct srv_thread *t)
@@ -706,7 +757,7 @@ void srv_http_dispatch(struct evhttp_request *req, void *arg)
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     h.conn = conn_find(t, evcon);
     if (h.conn == NULL && evcon != NULL) /* not seen at accept (should not happen): track now */
-        h.conn = conn_add(t, evcon);
+        h.conn = conn_add(t, evcon, 0);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     h.path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
     h.query = uri != NULL ? evhttp_uri_get_query(uri) : NULL;

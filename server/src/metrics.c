@@ -210,7 +210,7 @@ static void model_families(struct srv_prom *p, struct srv *s)
             uint64_t v = 0;
             switch (fams[f].which) {
             case 0:
-                v = st[k].radix.blocks;
+                v = st[k].radix.blocks ? st[k].radix.blocks : st[k].ckf.blocks;
                 break;
             case 1:
                 v = st[k].radix.block_ranks;
@@ -222,7 +222,7 @@ static void model_families(struct srv_prom *p, struct srv *s)
                 v = st[k].radix.ranks;
                 break;
             case 4:
-                v = st[k].radix.bytes;
+                v = st[k].radix.bytes + st[k].ckf.filter_bytes + st[k].ckf.exact_bytes;
                 break;
             case 5:
                 v = st[k].counters.queries;

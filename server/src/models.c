@@ -90,6 +90,7 @@ void srv_model_cfg_defaults(struct srv_model_cfg *mc, char *name, char *tenant, 
     mc->tenant = tenant;
     mc->block_size = block_size;
     mc->kind = SRV_KIND_EVENTS;
+    mc->index_kind = KVR_INDEX_RADIX;
     mc->tokenizer = SRV_TOK_AUTO;
     mc->byte_chunk = 4;
     mc->approx_ttl_ms = 120000;
@@ -114,6 +115,7 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
     snprintf(m->tenant, sizeof(m->tenant), "%s", mc->tenant ? mc->tenant : "default");
     snprintf(m->key, sizeof(m->key), "%s:%s", m->name, m->tenant);
     m->kind = mc->kind;
+    m->index_kind = mc->index_kind ? mc->index_kind : KVR_INDEX_RADIX;
     m->tokenizer = mc->tokenizer;
     if (m->tokenizer == SRV_TOK_AUTO)
         m->tokenizer = m->kind == SRV_KIND_APPROX ? SRV_TOK_BYTES : SRV_TOK_WORKER;
@@ -126,7 +128,8 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
     int rc = KVR_ENOMEM;
     if (mc->policy != NULL && (m->policy = strdup(mc->policy)) == NULL)
         goto fail;
-    if ((rc = kvr_index_new(NULL, &m->index)) != KVR_OK)
+    struct kvr_index_config ic = {.kind = m->index_kind};
+    if ((rc = kvr_index_new(&ic, &m->index)) != KVR_OK)
         goto fail;
     struct kvr_load_config lc = {.block_size = m->block_size};
     if ((rc = kvr_load_new(&lc, &m->load)) != KVR_OK)
@@ -179,8 +182,9 @@ int srv_models_get_or_create(struct srv_models *ms, const struct srv_model_cfg *
             atomic_store_explicit(&ms->n, n + 1, memory_order_release);
             if (created != NULL)
                 *created = 1;
-            srv_logf(ms->log, SRV_LOG_INFO, "models", "model %s: block size %u, %s index", m->key,
-                     m->block_size, srv_kind_name(m->kind));
+            srv_logf(ms->log, SRV_LOG_INFO, "models", "model %s: block size %u, %s %s index",
+                     m->key, m->block_size, srv_kind_name(m->kind),
+                     srv_index_kind_name(m->index_kind));
         } else {
             snprintf(err, err_len, "cannot create model: %s", kvr_strerror(rc));
         }

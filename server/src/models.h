@@ -43,6 +43,7 @@ struct srv_model {
     char tenant[64];     /* tenant */
     char key[200];       /* "name:tenant" */
     int kind;            /* enum srv_model_kind */
+    int index_kind;      /* enum kvr_index_kind */
     int tokenizer;       /* enum srv_tokenizer (resolved: never AUTO) */
     uint32_t byte_chunk; /* bytes tokenizer: bytes per pseudo-token */
     uint32_t pad_;

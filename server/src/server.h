@@ -274,5 +274,7 @@ struct bufferevent *srv_http_bevcb(struct event_base *base, void *arg);
 void srv_http_register_fresh(struct srv_thread *t);
 void srv_http_conn_table_free(struct srv_thread *t);
 void srv_http_run_aborts(struct srv_thread *t);
+/* Draining with nothing in flight: leaves the loop once every reply has left the buffers. */
+void srv_http_exit_when_flushed(struct srv_thread *t);
 
 #endif

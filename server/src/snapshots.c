@@ -22,8 +22,8 @@ int srv_snapshot_write(struct srv *s, const char *path, uint64_t *bytes, size_t 
     }
     for (size_t i = 0; i < n; i++) {
         struct srv_model *m = srv_models_at(&s->models, i);
-        if (m->kind != SRV_KIND_EVENTS)
-            continue;
+        if (m->kind != SRV_KIND_EVENTS || m->index_kind == KVR_INDEX_CKF)
+            continue; /* a CKF-only index cannot be dumped as events */
         ix[k].name = m->key;
         ix[k].block_size = m->block_size;
         ix[k].index = m->index;

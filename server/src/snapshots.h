@@ -1,7 +1,8 @@
 /* snapshots.h - the index snapshot of every events-fed model, written atomically (temp file,
  * fsync, rename, directory fsync: engine/include/kvr/snapshot.h) and restored at start.
  *
- * Which models: those of kind "events" (their index mirrors the workers' caches). Approximate
+ * Which models: those of kind "events" with a radix tree (index radix or both; a CKF-only index
+ * cannot be dumped as events, it refills from live events). Approximate
  * models are not written: their blocks live only as long as their TTL, and a snapshot cannot
  * carry the timers (after a restart they refill within one TTL).
  *

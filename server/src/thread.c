@@ -160,7 +160,7 @@ static void drain_msg(void *ctx, void *arg)
     struct timeval tv = {(time_t)(grace / 1000), (suseconds_t)(grace % 1000) * 1000};
     evtimer_add(t->ev_grace, &tv);
     if (atomic_load_explicit(&t->inflight, memory_order_relaxed) == 0)
-        event_base_loopexit(t->base, NULL);
+        srv_http_exit_when_flushed(t);
 }
 
 void srv_thread_drain(struct srv_thread *t)
