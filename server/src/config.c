@@ -622,7 +622,6 @@ static struct srv_worker_cfg *worker_new(struct srv_config *cfg)
     struct srv_worker_cfg *w = &v[cfg->n_workers++];
     memset(w, 0, sizeof(*w));
     w->dp_size = 1;
-    w->id = UINT64_MAX; /* unset marker, checked in finish */
     return w;
 }
 
@@ -672,6 +671,7 @@ static int worker_set(struct srv_worker_cfg *w, const char *key, const char *v, 
             return -1;
         }
         w->id = u;
+        w->has_id = 1;
         return 0;
     }
     if (strcmp(key, "dp_size") == 0 || strcmp(key, "dp") == 0) {
@@ -1219,7 +1219,7 @@ int srv_config_finish(struct srv_config *cfg, char *err, size_t err_len)
     }
     for (size_t k = 0; k < cfg->n_workers; k++) {
         struct srv_worker_cfg *w = &cfg->workers[k];
-        if (w->id == UINT64_MAX) {
+        if (!w->has_id) {
             errf(err, err_len, "workers[%zu]: id is required", k + 1);
             return -1;
         }

@@ -79,8 +79,8 @@ struct srv_worker_cfg {
     char *zmq;        /* KV-event PUB endpoint of rank 0 (owned) or NULL */
     char *replay;     /* replay ROUTER endpoint of rank 0 (owned) or NULL */
     uint32_t dp_size; /* data-parallel ranks (1) */
-    uint32_t pad_;
-    char *labels; /* "k=v,k=v" (owned) or NULL */
+    int has_id;       /* id was given */
+    char *labels;     /* "k=v,k=v" (owned) or NULL */
 };
 
 struct srv_config {

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvr/err.h"
@@ -104,7 +105,11 @@ static void fmt_dbl(char *d, size_t cap, double v)
     else if (isinf(v))
         snprintf(d, cap, v > 0 ? "+Inf" : "-Inf");
     else
-        snprintf(d, cap, "%.17g", v);
+        for (int prec = 15; prec <= 17; prec++) { /* the shortest form that reads back */
+            snprintf(d, cap, "%.*g", prec, v);
+            if (strtod(d, NULL) == v)
+                break;
+        }
 }
 
 void srv_prom_u64(struct srv_prom *p, const char *name, const struct srv_prom_label *l, size_t nl,
