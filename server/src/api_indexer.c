@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "fastjson.h"
 #include "jsonw.h"
 #include "kvr/err.h"
 #include "kvr/event_json.h"
@@ -301,6 +302,22 @@ static void query(struct srv_hreq *h, int by_hash)
     struct srv *s = h->t->srv;
     struct srv_thread *t = h->t;
     struct srv_jdoc *d = &t->jdoc;
+    if (by_hash && srv_scratch_blocks(t, 256) == KVR_OK) {
+        /* fast path: the common body shape, parsed without building a tree */
+        size_t len;
+        const char *body = srv_body(h, &len);
+        struct srv_fast_query fq;
+        if (srv_fast_query_by_hash(body, len, t->locals, t->cap_blocks, &fq)) {
+            struct srv_model *m =
+                srv_models_find(&s->models, fq.model ? fq.model : "default",
+                                fq.model ? fq.model_len : 7, fq.tenant, fq.tenant_len);
+            if (m != NULL && (fq.model == NULL || (fq.model_len > 0 && fq.model_len < 128)) &&
+                (fq.tenant == NULL || (fq.tenant_len > 0 && fq.tenant_len < 64))) {
+                answer_query(h, m, t->locals, fq.n);
+                return;
+            }
+        }
+    }
     struct json_object *o = parse_object(h);
     if (o == NULL)
         return;

@@ -70,6 +70,9 @@ int srv_thread_init(struct srv *s, struct srv_thread *t, uint32_t idx, int liste
     if (ec == NULL)
         goto oom;
     event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK);
+    /* coalesce the per-request enable/disable of read and write interest into one epoll_ctl
+     * per fd and loop turn (evhttp flips them several times per request) */
+    event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     t->base = event_base_new_with_config(ec);
     event_config_free(ec);
     if (t->base == NULL)
