@@ -36,6 +36,14 @@ struct srv_thread;
 struct srv_model;
 struct srv_policy_rt;
 
+/* A routing header (lower-case name). */
+struct srv_kv {
+    const char *name;
+    const char *value;
+    uint32_t name_len;
+    uint32_t value_len;
+};
+
 struct srv_policy_req {
     const char *model;   /* model key */
     const char *session; /* session key or NULL */
@@ -44,6 +52,8 @@ struct srv_policy_req {
     size_t lora_len;
     const char *policy; /* policy asked for by header, or NULL */
     size_t policy_len;
+    const struct srv_kv *headers; /* routing headers (may be NULL) */
+    size_t n_headers;
     const uint64_t *locals; /* local block hashes [blocks] */
     const uint64_t *seqs;   /* sequence hashes [blocks] */
     uint64_t request_id;

@@ -68,6 +68,8 @@ struct flow {
     double temperature;
     int want_scores;
     int book;
+    struct srv_kv *hdrs; /* routing headers for the policy (owned; each name+value one block) */
+    size_t n_hdrs;
     /* forwarding */
     char *body; /* the client's body (owned) */
     size_t body_len;
@@ -97,6 +99,8 @@ static void decide_and_go(struct flow *f);
 
 /* ==== lifetime ================================================================================ */
 
+static void free_headers(struct flow *f);
+
 static void flow_free(struct flow *f)
 {
     srv_live_del(&f->live);
@@ -115,6 +119,7 @@ static void flow_free(struct flow *f)
         srv_worker_unref(f->tok_worker);
     if (f->buf != NULL)
         evbuffer_free(f->buf);
+    free_headers(f);
     free(f->locals);
     free(f->seqs);
     free(f->session);
@@ -122,7 +127,40 @@ static void flow_free(struct flow *f)
     free(f->policy_hdr);
     free(f->body);
     free(f->tok_body);
+    free(f->hdrs);
     free(f);
+}
+
+/* Adds a routing header (name lower-cased) to f->hdrs. */
+static int add_header(struct flow *f, const char *name, const char *value)
+{
+    size_t nl = strlen(name), vl = strlen(value);
+    if (f->n_hdrs >= 64 || nl > 256 || vl > 4096)
+        return KVR_OK; /* policies get the first 64; oversized ones are skipped */
+    struct srv_kv *v = realloc(f->hdrs, (f->n_hdrs + 1) * sizeof(*v));
+    if (v == NULL)
+        return KVR_ENOMEM;
+    f->hdrs = v;
+    char *mem = malloc(nl + vl + 2);
+    if (mem == NULL)
+        return KVR_ENOMEM;
+    for (size_t k = 0; k < nl; k++)
+        mem[k] = (char)((name[k] >= 'A' && name[k] <= 'Z') ? name[k] + 32 : name[k]);
+    mem[nl] = '\0';
+    memcpy(mem + nl + 1, value, vl + 1);
+    v[f->n_hdrs].name = mem;
+    v[f->n_hdrs].name_len = (uint32_t)nl;
+    v[f->n_hdrs].value = mem + nl + 1;
+    v[f->n_hdrs].value_len = (uint32_t)vl;
+    f->n_hdrs++;
+    return KVR_OK;
+}
+
+static void free_headers(struct flow *f)
+{
+    for (size_t k = 0; k < f->n_hdrs; k++)
+        free((char *)f->hdrs[k].name);
+    f->n_hdrs = 0;
 }
 
 static void end_attempt_worker(struct flow *f)
@@ -253,6 +291,8 @@ static void decide_and_go(struct flow *f)
                               .lora_len = f->lora ? strlen(f->lora) : 0,
                               .policy = f->policy_hdr,
                               .policy_len = f->policy_hdr ? strlen(f->policy_hdr) : 0,
+                              .headers = f->hdrs,
+                              .n_headers = f->n_hdrs,
                               .overlap_weight = f->overlap_weight,
                               .temperature = f->temperature,
                               .need_url = f->kind != FLOW_ROUTE,
@@ -789,6 +829,14 @@ static void proxy(struct srv_hreq *h, int chat)
         static const char *const pol_hdrs[] = {"x-kvrouter-policy", NULL};
         f->policy_hdr = dup_hdr(h, pol_hdrs);
     }
+    /* routing headers for the policy: every x-* header of the request */
+    struct evkeyvalq *ih = evhttp_request_get_input_headers(h->req);
+    for (struct evkeyval *kv = ih->tqh_first; kv != NULL; kv = kv->next.tqe_next)
+        if ((kv->key[0] == 'x' || kv->key[0] == 'X') && kv->key[1] == '-' &&
+            add_header(f, kv->key, kv->value) != KVR_OK) {
+            srv_reply_error(h, 503, "out of memory");
+            goto out;
+        }
     int async = 0;
     if (chat) {
         struct json_object *msgs = NULL;
@@ -939,6 +987,10 @@ void srv_api_route(struct srv_hreq *h)
             if (hv == NULL || !json_object_is_type(hv, json_type_string))
                 continue;
             const char *val = json_object_get_string(hv);
+            if (add_header(f, hk, val) != KVR_OK) {
+                srv_reply_error(h, 503, "out of memory");
+                goto out;
+            }
             if (f->session == NULL &&
                 (strcasecmp(hk, "x-session-id") == 0 || strcasecmp(hk, "x-kvrouter-session") == 0 ||
                  strcasecmp(hk, "x-dynamo-session-id") == 0))

@@ -189,6 +189,8 @@ int srv_route_decide(struct srv_thread *t, const struct srv_route_in *in, struct
                                 .lora_len = in->lora_len,
                                 .policy = in->policy,
                                 .policy_len = in->policy_len,
+                                .headers = in->headers,
+                                .n_headers = in->n_headers,
                                 .locals = in->locals,
                                 .seqs = in->seqs,
                                 .request_id = 0,

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "jsonw.h"
+#include "policy.h"
 #include "server.h"
 
 #define SRV_MAX_ALT 8
@@ -39,6 +40,8 @@ struct srv_route_in {
     size_t lora_len;
     const char *policy; /* policy header value or NULL */
     size_t policy_len;
+    const struct srv_kv *headers; /* routing headers for the policy (borrowed) */
+    size_t n_headers;
     double overlap_weight; /* < 0 unset */
     double temperature;    /* < 0 unset */
     int need_url;          /* proxying: only candidates with an HTTP URL */
