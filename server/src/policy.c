@@ -431,6 +431,20 @@ int srv_policy_rt_new(struct srv *s, struct srv_policy_rt **out, char *err, size
         return rc;
     }
     rc = add_source(rt, NULL, cfg->policy != NULL ? cfg->policy : DEFAULT_POLICY, err, err_len);
+    /* clients may name a policy per request: offer every shipped one (installed, not bound) */
+    const char *const *names = kvr_lua_builtin_names();
+    for (size_t k = 0; rc == KVR_OK && cfg->allow_policy_header && names && names[k]; k++) {
+        const char *src;
+        size_t len;
+        uint64_t gen;
+        int st;
+        char e[512];
+        if (kvr_lua_builtin_source(rt->lua, names[k], &src, &len) == KVR_OK &&
+            kvr_lua_policy_install(rt->lua, names[k], src, len, KVR_LUA_TRUSTED, &gen, &st, e,
+                                   sizeof(e)) != KVR_OK)
+            srv_logf(s->log, SRV_LOG_WARN, "lua", "shipped policy %s not installed: %s", names[k],
+                     e);
+    }
     for (size_t k = 0; rc == KVR_OK && k < srv_models_count(&s->models); k++) {
         struct srv_model *m = srv_models_at(&s->models, k);
         if (m->policy != NULL)

@@ -210,6 +210,20 @@ int srv_route_decide(struct srv_thread *t, const struct srv_route_in *in, struct
     }
     d->fallback = po.fallback;
     d->policy = po.policy;
+    if (po.n < SRV_MAX_ALT + 1 && po.n < n) {
+        /* retry alternatives when the policy named fewer: the rest by the classic cost */
+        uint32_t alt[SRV_MAX_ALT + 1];
+        struct srv_policy_out bo = {.ranked = alt, .cap = SRV_MAX_ALT + 1};
+        double w = in->overlap_weight >= 0 ? in->overlap_weight : m->overlap_weight;
+        srv_policy_builtin_rank(w, 0, &rq, pc, n, 0, &bo);
+        for (size_t k = 0; k < bo.n && po.n < SRV_MAX_ALT + 1; k++) {
+            int dup = 0;
+            for (size_t j = 0; j < po.n && !dup; j++)
+                dup = ranked[j] == alt[k];
+            if (!dup)
+                ranked[po.n++] = alt[k];
+        }
+    }
     for (size_t k = 0; k < po.n && d->n_pick < SRV_MAX_ALT + 1; k++) {
         if (ranked[k] >= n)
             continue;
@@ -230,8 +244,6 @@ int srv_route_decide(struct srv_thread *t, const struct srv_route_in *in, struct
     srv_stat_add_shared(&d->pick[0].w->decisions, 1);
     srv_stat_add_shared(&m->route_decisions, 1);
     srv_stat_add(&t->st.route_decisions, 1);
-    if (po.fallback)
-        srv_stat_add(&t->st.policy_fallbacks, 1);
     srv_hist_observe(&t->st.overlap, srv_hist_blocks(), d->pick[0].overlap);
     srv_hist_observe(&t->st.hit_ratio, srv_hist_ratio(),
                      in->n_blocks ? (uint64_t)d->pick[0].overlap * 1000 / in->n_blocks : 0);
