@@ -36,11 +36,21 @@ def lua_runtime(r):
 
 
 class PolicyReload(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        r = kvrh.Router()
+        try:
+            cls.have_lua = lua_runtime(r)
+        finally:
+            r.stop()
+
+    def setUp(self):
+        if not self.have_lua:
+            self.skipTest("this build has no Lua policy runtime")
+
     def router(self, *extra):
         r = kvrh.Router("--block-size", "4", "--health-interval", "0", *extra)
         self.addCleanup(lambda: self.assertEqual(r.stop(), 0, r.stderr()))
-        if not lua_runtime(r):
-            self.skipTest("this build has no Lua policy runtime")
         for wid in (1, 2, 3):
             r.json("POST", "/register", {"instance_id": wid, "url": "http://127.0.0.1:9"},
                    expect=201)
