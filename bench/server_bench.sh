@@ -10,8 +10,8 @@
 #                   connection (-t2 -c2: wrk script state is per thread, so one connection each)
 #   proxy           POST /v1/completions (64-token prompt, 1 output token) through kvrouter to
 #                   a fast kvr-mock-worker (no prefill/decode delay), and the same workload sent
-#                   to the worker directly in the same run (the proxy's added latency); at -c8
-#                   for latency and -c64 for throughput
+#                   to the worker directly in the same run (the proxy's added latency); at -c1
+#                   (no queueing: the added latency itself), -c8 and -c64 (throughput)
 # Besides req/s and p50/p99, each line gives kvrouter's CPU time per request (utime + stime
 # from /proc, over the run): a figure that holds on a shared machine where req/s does not.
 # Needs: a release build (scripts/build.sh release), wrk, python3. Processes are started here
@@ -91,6 +91,8 @@ for i in $(seq "$RUNS"); do
   run query_by_hash "$router_pid" $R/query_by_hash -t2 -c64 -s $WRK/query_by_hash.lua >>"$results"
   run route "$router_pid" $R/v1/route -t2 -c64 -s $WRK/route.lua >>"$results"
   run route+free "$router_pid" $R/v1/route -t2 -c2 -s $WRK/route_book.lua >>"$results"
+  run proxy_c1 "$router_pid" $R/v1/completions -t1 -c1 -s $WRK/completions.lua >>"$results"
+  run direct_c1 "$worker_pid" $W/v1/completions -t1 -c1 -s $WRK/completions.lua >>"$results"
   run proxy_c8 "$router_pid" $R/v1/completions -t1 -c8 -s $WRK/completions.lua >>"$results"
   run direct_c8 "$worker_pid" $W/v1/completions -t1 -c8 -s $WRK/completions.lua >>"$results"
   run proxy_c64 "$router_pid" $R/v1/completions -t2 -c64 -s $WRK/completions.lua >>"$results"
@@ -110,7 +112,7 @@ for label, vals in rows.items():
     m = [statistics.median(col) for col in zip(*vals)]
     med[label] = m
     print("| %s | %.0f | %.0f | %.0f | %.1f | %d |" % (label, m[0], m[1], m[2], m[3], m[4]))
-for c in ("c8", "c64"):
+for c in ("c1", "c8", "c64"):
     p, d = med.get("proxy_" + c), med.get("direct_" + c)
     if p and d:
         print("proxy added latency at %s: p50 %+.0f µs, p99 %+.0f µs" % (c, p[1] - d[1], p[2] - d[2]))

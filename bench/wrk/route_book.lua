@@ -17,6 +17,8 @@ request = function()
 end
 
 response = function(status, headers, body)
-  local id = body:match('"request_id":(%d+)')
-  if id then pending = id end
+  -- only a routing answer books (the DELETE answer echoes the id too)
+  if body:find('"worker_id"', 1, true) then
+    pending = body:match('"request_id":(%d+)')
+  end
 end

@@ -30,4 +30,32 @@ struct srv_fast_query {
 int srv_fast_query_by_hash(const char *text, size_t len, uint64_t *hashes, size_t cap,
                            struct srv_fast_query *q);
 
+/* ==== generic: the members of one top-level object ============================================ */
+
+/* A member value as found in the text (borrowed). */
+struct srv_fast_value {
+    const char *p; /* first byte of the value */
+    size_t len;    /* its length */
+    char type;     /* '"' string, '[' array, '{' object, '0' number, 't'/'f' boolean, 'n' null */
+};
+
+/* Called for every member of the object; returns 0 to go on, non-zero to stop (the walk then
+ * returns 0). Keys contain no escapes (else the walk returns 0). */
+typedef int (*srv_fast_member_fn)(void *ctx, const char *key, size_t key_len,
+                                  const struct srv_fast_value *v);
+
+/* Walks text[0..len): exactly one JSON object (whitespace around it allowed), every value's
+ * syntax checked strictly (RFC 8259; nesting at most 64). Returns 1 if the whole text is valid
+ * and every callback returned 0, else 0. */
+int srv_fast_object(const char *text, size_t len, srv_fast_member_fn fn, void *ctx);
+
+/* Reads an array value of integers into out[0..cap) as u64 hashes (negative i64 taken as two's
+ * complement) when hash = 1, or as u32 token ids when hash = 0 (stored widened in out32).
+ * Returns the count, or -1 if the value is not such an array or holds more than cap. */
+long srv_fast_u64_array(const struct srv_fast_value *v, uint64_t *out, size_t cap);
+long srv_fast_u32_array(const struct srv_fast_value *v, uint32_t *out, size_t cap);
+
+/* The value as an unsigned integer <= max (no sign, fraction, exponent). 1 ok, 0 not. */
+int srv_fast_uint(const struct srv_fast_value *v, uint64_t max, uint64_t *out);
+
 #endif

@@ -36,6 +36,7 @@
 
 #include "api.h"
 #include "clock.h"
+#include "fastjson.h"
 #include "jsonw.h"
 #include "kvr/err.h"
 #include "kvr/hash.h"
@@ -781,41 +782,21 @@ static void launch(struct srv_hreq *h, struct flow *f, int async)
 
 /* ==== POST /v1/completions, /v1/chat/completions ============================================== */
 
-static void proxy(struct srv_hreq *h, int chat)
+/* Model lookup and the flow's common parts (body copy, content type, session, LoRA, policy
+ * header, routing headers). Returns the flow, or NULL after replying. */
+static struct flow *proxy_setup(struct srv_hreq *h, int chat, const char *model, size_t model_len,
+                                const char *body, size_t len)
 {
     struct srv_thread *t = h->t;
-    struct srv_jdoc *d = &t->jdoc;
-    char err[SRV_JERR];
-    size_t len;
-    const char *body = srv_body(h, &len);
-    if (srv_jdoc_parse(d, body, len, err, sizeof(err)) != KVR_OK) {
-        srv_reply_error(h, 400, "%s", err);
-        return;
-    }
-    struct json_object *root = d->root;
-    struct flow *f = NULL;
-    if (root == NULL || !json_object_is_type(root, json_type_object)) {
-        srv_reply_error(h, 400, "the body must be a JSON object");
-        goto out;
-    }
-    const char *model = NULL;
-    size_t model_len = 0;
-    if (srv_jget_str(d, root, NULL, "model", 0, &model, &model_len, NULL, err, sizeof(err)) !=
-        KVR_OK) {
-        srv_reply_error(h, 400, "%s", err);
-        goto out;
-    }
     struct srv_model *m = srv_models_for_openai(&t->srv->models, model, model_len);
     if (m == NULL) {
         srv_reply_error(h, 404, "model '%.*s' is not served here (see GET /v1/models)",
                         (int)model_len, model ? model : "");
-        goto out;
+        return NULL;
     }
-    f = flow_new(h, chat ? FLOW_CHAT : FLOW_COMPLETIONS);
-    if (f == NULL || (f->body = dup_n(body, len)) == NULL) {
-        srv_reply_error(h, 503, "out of memory");
-        goto out;
-    }
+    struct flow *f = flow_new(h, chat ? FLOW_CHAT : FLOW_COMPLETIONS);
+    if (f == NULL || (f->body = dup_n(body, len)) == NULL)
+        goto oom;
     f->m = m;
     f->body_len = len;
     const char *ct = srv_header(h, "Content-Type");
@@ -833,10 +814,104 @@ static void proxy(struct srv_hreq *h, int chat)
     struct evkeyvalq *ih = evhttp_request_get_input_headers(h->req);
     for (struct evkeyval *kv = ih->tqh_first; kv != NULL; kv = kv->next.tqe_next)
         if ((kv->key[0] == 'x' || kv->key[0] == 'X') && kv->key[1] == '-' &&
-            add_header(f, kv->key, kv->value) != KVR_OK) {
-            srv_reply_error(h, 503, "out of memory");
-            goto out;
+            add_header(f, kv->key, kv->value) != KVR_OK)
+            goto oom;
+    return f;
+oom:
+    srv_reply_error(h, 503, "out of memory");
+    if (f != NULL) {
+        f->h.req = NULL;
+        flow_free(f);
+    }
+    return NULL;
+}
+
+/* The fast path's view of a completions body: its model and prompt, other members only
+ * validated. */
+struct cfast {
+    const char *model;
+    size_t model_len;
+    struct srv_fast_value prompt;
+    int has_model, has_prompt;
+};
+
+static int cfast_member(void *ctx, const char *key, size_t kl, const struct srv_fast_value *v)
+{
+    struct cfast *c = ctx;
+    if (kl == 5 && memcmp(key, "model", 5) == 0) {
+        if (c->has_model || (v->type != '"' && v->type != 'n') ||
+            memchr(v->p, '\\', v->len) != NULL)
+            return 1; /* escapes, duplicates, odd types: the strict path decides */
+        c->has_model = 1;
+        if (v->type == '"') {
+            c->model = v->p + 1;
+            c->model_len = v->len - 2;
         }
+    } else if (kl == 6 && memcmp(key, "prompt", 6) == 0) {
+        if (c->has_prompt)
+            return 1;
+        c->has_prompt = 1;
+        c->prompt = *v;
+    }
+    return 0;
+}
+
+/* A completions body with a token-array prompt, parsed in one pass (no tree). 1 if handled
+ * (a reply was sent or the flow launched), 0 to use the strict path. */
+static int proxy_fast(struct srv_hreq *h, const char *body, size_t len)
+{
+    struct srv_thread *t = h->t;
+    struct cfast c;
+    memset(&c, 0, sizeof(c));
+    if (!srv_fast_object(body, len, cfast_member, &c) || !c.has_prompt || c.prompt.type != '[')
+        return 0;
+    size_t cap = c.prompt.len / 2 + 1; /* at most this many elements */
+    if (cap > MAX_TOKENS || srv_scratch_tokens(t, cap) != KVR_OK)
+        return 0;
+    long n = srv_fast_u32_array(&c.prompt, t->tokens, t->cap_tokens);
+    if (n < 0)
+        return 0;
+    struct flow *f = proxy_setup(h, 0, c.model, c.model_len, body, len);
+    if (f == NULL)
+        return 1;
+    if (hash_tokens(f, t->tokens, (size_t)n) != KVR_OK) {
+        srv_reply_error(h, 503, "out of memory");
+        f->h.req = NULL;
+        flow_free(f);
+        return 1;
+    }
+    launch(h, f, 0);
+    return 1;
+}
+
+static void proxy(struct srv_hreq *h, int chat)
+{
+    struct srv_thread *t = h->t;
+    struct srv_jdoc *d = &t->jdoc;
+    char err[SRV_JERR];
+    size_t len;
+    const char *body = srv_body(h, &len);
+    if (!chat && proxy_fast(h, body, len))
+        return;
+    if (srv_jdoc_parse(d, body, len, err, sizeof(err)) != KVR_OK) {
+        srv_reply_error(h, 400, "%s", err);
+        return;
+    }
+    struct json_object *root = d->root;
+    struct flow *f = NULL;
+    if (root == NULL || !json_object_is_type(root, json_type_object)) {
+        srv_reply_error(h, 400, "the body must be a JSON object");
+        goto out;
+    }
+    const char *model = NULL;
+    size_t model_len = 0;
+    if (srv_jget_str(d, root, NULL, "model", 0, &model, &model_len, NULL, err, sizeof(err)) !=
+        KVR_OK) {
+        srv_reply_error(h, 400, "%s", err);
+        goto out;
+    }
+    if ((f = proxy_setup(h, chat, model, model_len, body, len)) == NULL)
+        goto out;
     int async = 0;
     if (chat) {
         struct json_object *msgs = NULL;
@@ -902,6 +977,105 @@ void srv_api_chat(struct srv_hreq *h)
 
 /* ==== POST /v1/route ========================================================================== */
 
+/* The fast path's view of a /v1/route body: only these members, else the strict path. */
+struct rfast {
+    struct srv_fast_value v[8];
+    int has[8];
+};
+
+enum { RF_MODEL, RF_TENANT, RF_TOKENS, RF_HASHES, RF_ISL, RF_BOOK, RF_SCORES, RF_N_ };
+
+static int rfast_member(void *ctx, const char *key, size_t kl, const struct srv_fast_value *v)
+{
+    static const char *const names[RF_N_] = {"model", "tenant_id", "token_ids", "block_hashes",
+                                             "isl",   "book",      "scores"};
+    struct rfast *r = ctx;
+    for (int k = 0; k < RF_N_; k++)
+        if (strlen(names[k]) == kl && memcmp(names[k], key, kl) == 0) {
+            if (r->has[k])
+                return 1;
+            if ((k == RF_MODEL || k == RF_TENANT) &&
+                (v->type != '"' || memchr(v->p, '\\', v->len) != NULL))
+                return 1;
+            if ((k == RF_BOOK || k == RF_SCORES) && v->type != 't' && v->type != 'f')
+                return 1;
+            r->has[k] = 1;
+            r->v[k] = *v;
+            return 0;
+        }
+    return 1; /* any other member: the strict path */
+}
+
+/* 1 if handled (replied or launched), 0 to use the strict path. */
+static int route_fast(struct srv_hreq *h, const char *body, size_t len)
+{
+    struct srv_thread *t = h->t;
+    struct rfast r;
+    memset(&r, 0, sizeof(r));
+    if (!srv_fast_object(body, len, rfast_member, &r) || r.has[RF_TOKENS] == r.has[RF_HASHES])
+        return 0;
+    const char *model = "default", *tenant = NULL;
+    size_t model_len = 7, tenant_len = 0;
+    if (r.has[RF_MODEL]) {
+        model = r.v[RF_MODEL].p + 1;
+        model_len = r.v[RF_MODEL].len - 2;
+    }
+    if (r.has[RF_TENANT]) {
+        tenant = r.v[RF_TENANT].p + 1;
+        tenant_len = r.v[RF_TENANT].len - 2;
+    }
+    uint64_t isl = 0;
+    if (r.has[RF_ISL] && !srv_fast_uint(&r.v[RF_ISL], UINT32_MAX, &isl))
+        return 0;
+    struct srv_model *m =
+        tenant != NULL ? srv_models_find(&t->srv->models, model, model_len, tenant, tenant_len)
+                       : srv_models_find_spec(&t->srv->models, model, model_len);
+    if (m == NULL)
+        return 0; /* the strict path words the 404 */
+    const struct srv_fast_value *arr = &r.v[r.has[RF_TOKENS] ? RF_TOKENS : RF_HASHES];
+    size_t cap = arr->len / 2 + 1;
+    struct flow *f = NULL;
+    if (cap > MAX_TOKENS)
+        return 0;
+    if (r.has[RF_TOKENS]) {
+        if (srv_scratch_tokens(t, cap) != KVR_OK)
+            return 0;
+        long n = srv_fast_u32_array(arr, t->tokens, t->cap_tokens);
+        if (n < 0 || (f = flow_new(h, FLOW_ROUTE)) == NULL)
+            return 0;
+        f->m = m;
+        if (hash_tokens(f, t->tokens, (size_t)n) != KVR_OK)
+            goto oom;
+    } else {
+        if ((f = flow_new(h, FLOW_ROUTE)) == NULL)
+            return 0;
+        f->m = m;
+        f->locals = malloc(cap * sizeof(uint64_t));
+        f->seqs = malloc(cap * sizeof(uint64_t));
+        if (f->locals == NULL || f->seqs == NULL)
+            goto oom;
+        long n = srv_fast_u64_array(arr, f->locals, cap);
+        if (n < 0) {
+            f->h.req = NULL;
+            flow_free(f);
+            return 0;
+        }
+        kvr_hash_chain(f->locals, (size_t)n, f->seqs);
+        f->n_blocks = (size_t)n;
+        uint64_t full = (uint64_t)n * m->block_size;
+        f->isl = (uint32_t)(r.has[RF_ISL] ? isl : full > UINT32_MAX ? UINT32_MAX : full);
+    }
+    f->book = !r.has[RF_BOOK] || r.v[RF_BOOK].type == 't';
+    f->want_scores = r.has[RF_SCORES] && r.v[RF_SCORES].type == 't';
+    launch(h, f, 0);
+    return 1;
+oom:
+    srv_reply_error(h, 503, "out of memory");
+    f->h.req = NULL;
+    flow_free(f);
+    return 1;
+}
+
 void srv_api_route(struct srv_hreq *h)
 {
     struct srv_thread *t = h->t;
@@ -909,6 +1083,8 @@ void srv_api_route(struct srv_hreq *h)
     char err[SRV_JERR];
     size_t len;
     const char *body = srv_body(h, &len);
+    if (route_fast(h, body, len))
+        return;
     if (srv_jdoc_parse(d, body, len, err, sizeof(err)) != KVR_OK) {
         srv_reply_error(h, 400, "%s", err);
         return;

@@ -133,6 +133,93 @@ START_TEST(differential_against_the_general_reader)
 }
 END_TEST
 
+static int count_member(void *ctx, const char *key, size_t kl, const struct srv_fast_value *v)
+{
+    (void)key;
+    (void)kl;
+    (void)v;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+START_TEST(object_walk_and_arrays)
+{
+    const char *ok = "{\"model\": \"m\", \"prompt\": [1, 2, 4294967295], \"max_tokens\": 8, "
+                     "\"stream\": false, \"stop\": [\"\\n\\u00e9\", null], \"x\": {\"a\": [{}]},"
+                     " \"t\": -1.5e-3}";
+    int n = 0;
+    ck_assert_int_eq(srv_fast_object(ok, strlen(ok), count_member, &n), 1);
+    ck_assert_int_eq(n, 7);
+    const char *bad[] = {"{\"a\": 01}",       "{\"a\": 1.}",        "{\"a\": .5}",
+                         "{\"a\": \"\\x\"}",  "{\"a\": tru}",       "{\"a\": [1,]}",
+                         "{\"a\": {\"b\"}}",  "{\"a\": 1} {}",      "[1]",
+                         "{\"a\": \"\x01\"}", "{\"a\": \"\\u12\"}", "{\"a\" 1}",
+                         "{\"a\": -}",        "{\"k\\n\": 1}",      ""};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        n = 0;
+        ck_assert_msg(srv_fast_object(bad[k], strlen(bad[k]), count_member, &n) == 0, "%s", bad[k]);
+    }
+    /* deep nesting is refused, not recursed without bound */
+    char deep[400];
+    size_t d = 0;
+    d += (size_t)snprintf(deep + d, sizeof(deep) - d, "{\"a\":");
+    for (int k = 0; k < 100; k++)
+        deep[d++] = '[';
+    for (int k = 0; k < 100; k++)
+        deep[d++] = ']';
+    deep[d++] = '}';
+    ck_assert_int_eq(srv_fast_object(deep, d, count_member, &n), 0);
+    struct srv_fast_value v = {"[1, 2 ,3]", 9, '['};
+    uint32_t t[4];
+    uint64_t h[4];
+    ck_assert_int_eq(srv_fast_u32_array(&v, t, 4), 3);
+    ck_assert_uint_eq(t[2], 3);
+    ck_assert_int_eq(srv_fast_u32_array(&v, t, 2), -1);
+    struct srv_fast_value neg = {"[-1]", 4, '['};
+    ck_assert_int_eq(srv_fast_u32_array(&neg, t, 4), -1);
+    ck_assert_int_eq(srv_fast_u64_array(&neg, h, 4), 1);
+    ck_assert_uint_eq(h[0], UINT64_MAX);
+    struct srv_fast_value big = {"[4294967296]", 12, '['};
+    ck_assert_int_eq(srv_fast_u32_array(&big, t, 4), -1);
+    uint64_t u;
+    struct srv_fast_value num = {"42", 2, '0'};
+    ck_assert_int_eq(srv_fast_uint(&num, 100, &u), 1);
+    ck_assert_uint_eq(u, 42);
+    ck_assert_int_eq(srv_fast_uint(&num, 10, &u), 0);
+}
+END_TEST
+
+/* Random texts: whatever the walk accepts, the strict scanner accepts as an object. */
+START_TEST(object_walk_never_accepts_invalid_json)
+{
+    static const char *const atoms[] = {
+        "1", "-0", "01", "1.5", "1e", "\"s\"", "\"\\q\"", "true", "nul", "null", "[",          "]",
+        "{", "}",  ",",  ":",   " ",  "\"k\"", "[]",      "{}",   "-",   "2E+3", "\"\\u0041\""};
+    unsigned seed = 99;
+    struct kvr_json_scan scan;
+    kvr_json_scan_init(&scan, NULL);
+    int accepted = 0;
+    for (int it = 0; it < 50000; it++) {
+        char text[256];
+        size_t n = (size_t)snprintf(text, sizeof(text), "{\"k\":");
+        int parts = 1 + rand_r(&seed) % 8;
+        for (int k = 0; k < parts && n < 200; k++)
+            n += (size_t)snprintf(text + n, sizeof(text) - n, "%s",
+                                  atoms[rand_r(&seed) % (sizeof(atoms) / sizeof(atoms[0]))]);
+        if (rand_r(&seed) % 2)
+            text[n++] = '}';
+        int c = 0;
+        if (!srv_fast_object(text, n, count_member, &c))
+            continue;
+        accepted++;
+        ck_assert_msg(kvr_json_scan(&scan, text, n, 0) == KVR_OK && scan.root == '{',
+                      "accepted invalid JSON: %.*s", (int)n, text);
+    }
+    ck_assert_int_gt(accepted, 100);
+    kvr_json_scan_free(&scan);
+}
+END_TEST
+
 Suite *fastjson_suite(void)
 {
     Suite *s = suite_create("fastjson");
@@ -140,6 +227,8 @@ Suite *fastjson_suite(void)
     tcase_add_test(tc, accepts_the_common_shape);
     tcase_add_test(tc, hands_everything_else_over);
     tcase_add_test(tc, differential_against_the_general_reader);
+    tcase_add_test(tc, object_walk_and_arrays);
+    tcase_add_test(tc, object_walk_never_accepts_invalid_json);
     suite_add_tcase(s, tc);
     return s;
 }
