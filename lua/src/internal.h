@@ -1,0 +1,245 @@
+/* internal.h - shared internals of kvr_lua (not installed; lua/src only).
+ * SPDX-License-Identifier: Apache-2.0
+ *
+ *   kvr_lua_runtime ── set ──▶ policy_set (immutable, refcounted; one per generation)
+ *        │                       p[slot] = policy_def {name, id, flags, source, bytecode}
+ *        │                       bind[] = model -> slot, default_slot
+ *        ├── names[id]  (stable per policy name: counters survive reloads)
+ *        └── vms ──▶ kvr_lua_vm ── st ──▶ lstate {lua_State, allocator, deadline, refs,
+ *                                                 kvr_ffi_vm (handed to Lua), kvr_ffi_call}
+ */
+#ifndef KVR_LUA_INTERNAL_H
+#define KVR_LUA_INTERNAL_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvr/lua.h"
+
+#define NAME_CAP (KVR_LUA_NAME_MAX + 1)
+#define ERR_CAP 4096
+/* Budget rules (kvr/lua.h "Time budget"): past the wall-clock budget a call gets a grace of
+ * budget / GRACE_DIV of its OWN thread CPU time (so a preempted thread is not blamed); a call
+ * that returns having used more than HARD_FACTOR x budget of thread CPU time (compiled code, a
+ * long C call: nothing could interrupt it) is discarded at the boundary. */
+#define GRACE_DIV 2u
+#define HARD_FACTOR 5u
+
+/* ==== policy sets ============================================================================ */
+
+struct policy_def {
+    char name[NAME_CAP];
+    uint32_t id;    /* stable id of the name (runtime names[]) */
+    unsigned flags; /* KVR_LUA_TRUSTED */
+    char *source;   /* owned copy */
+    size_t source_len;
+    char *bytecode; /* owned: lua_dump of the validated chunk */
+    size_t bytecode_len;
+};
+
+struct binding {
+    char model[NAME_CAP]; /* "" never stored: the default lives in default_slot */
+    size_t model_len;
+    int slot;
+};
+
+struct policy_set {
+    atomic_uint refs;
+    uint64_t generation;
+    size_t n; /* policies: p[0..n) (slot = index) */
+    struct policy_def *p;
+    size_t n_bind;
+    struct binding *bind;
+    int default_slot; /* -1: none */
+};
+
+/* A new empty set (refs 1) or NULL. */
+struct policy_set *set_new(void);
+/* A deep copy of s with refs 1, or NULL. */
+struct policy_set *set_copy(const struct policy_set *s);
+void set_ref(struct policy_set *s);
+void set_unref(struct policy_set *s);
+/* Slot of a policy by name (pointer + length), or -1. */
+int set_find(const struct policy_set *s, const char *name, size_t len);
+/* Frees a definition's source and bytecode. */
+void def_clear(struct policy_def *p);
+
+/* ==== Lua states ============================================================================= */
+
+struct lstate;
+
+/* What Lua's kvr_ffi_vm_t points at (opaque to Lua). */
+struct kvr_ffi_vm {
+    kvr_lua_runtime_t *rt;
+    struct kvr_lua_vm *vm; /* NULL for scratch states */
+    struct lstate *st;
+    uint32_t policy_id; /* name id of the policy running now (counters, logs) */
+    int admin;          /* operator script: kvr.admin allowed */
+};
+
+enum lstate_ref { REF_TRACEBACK, REF_ADD, REF_DECIDE, REF_RESPOND, REF_EVENT, REF_SELFTEST, REF_N };
+
+struct lstate {
+    lua_State *L;
+    size_t used, cap, peak; /* allocator accounting (bytes) */
+    uint64_t oom_refusals;  /* allocations refused by the cap */
+    uint64_t deadline_ns;   /* wall-clock budget end; 0: no deadline armed */
+    uint64_t grace_ns;      /* thread CPU time allowed past deadline_ns */
+    uint64_t cpu_limit_ns;  /* thread CPU time limit once in grace; 0: not yet */
+    uint64_t cpu_sample_ns; /* thread CPU time at cpu_sample_wall_ns (refreshed per budget) */
+    uint64_t cpu_sample_wall_ns;
+    int timed_out;       /* the budget was exceeded during the current call */
+    uint32_t hook_count; /* count-hook period */
+    int refs[REF_N];     /* registry references (luaL_ref) */
+    unsigned *hooks;     /* per slot: the hook bits R.add_policy returned */
+    size_t n_slots;
+    struct kvr_ffi_vm fv;
+    struct kvr_ffi_call call;
+};
+
+/* Creates a state with the libraries, kvr.core and kvr.policy loaded and the hook installed.
+ * vm may be NULL (scratch). Returns a kvr_lua_status; err receives the message. */
+int lstate_new(kvr_lua_runtime_t *rt, struct kvr_lua_vm *vm, int admin, uint64_t seed,
+               struct lstate **out, char *err, size_t err_len);
+void lstate_free(struct lstate *s);
+
+/* Loads policy p into slot from its bytecode (or, when from_source, compiles its source),
+ * with the JIT off for all of its functions unless jit_on, and runs the chunk in a fresh sandbox
+ * under budget_ns. Returns a kvr_lua_status; err receives the message. */
+int lstate_add_policy(struct lstate *s, const struct policy_def *p, size_t slot, int from_source,
+                      int jit_on, uint64_t budget_ns, char *err, size_t err_len);
+
+/* Calls the function below its nargs arguments on the stack through the traceback handler with
+ * a deadline of budget_ns (0: none). On KVR_LUA_OK leaves nres results on the stack; otherwise
+ * leaves nothing and copies the message to err. Maps the outcome to a kvr_lua_status. */
+int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
+                 size_t err_len);
+/* As lstate_pcall; *elapsed_ns receives the wall time the call took. */
+int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
+                       size_t err_len, uint64_t *elapsed_ns);
+
+/* 1 if the current call has exhausted its budget (then it stays exhausted until disarmed):
+ * wall-clock deadline passed, then its grace of thread CPU time used up, or the hard stop.
+ * Used by the count hook and by every kvr_ffi_* engine call. */
+int lstate_over_budget(struct lstate *s);
+
+/* 1 if a call that returned normally after elapsed_ns (wall) must still be discarded as an
+ * overrun: it used more than HARD_FACTOR x budget_ns of its thread's CPU time (measured against
+ * a CPU sample refreshed at most once per budget, so preemption is never blamed). Call right
+ * after the call. */
+int lstate_overran(struct lstate *s, uint64_t elapsed_ns, uint64_t budget_ns);
+
+/* Builds a complete state for a set (every policy loaded from bytecode). */
+int lstate_build(kvr_lua_runtime_t *rt, struct kvr_lua_vm *vm, const struct policy_set *set,
+                 uint64_t seed, struct lstate **out, char *err, size_t err_len);
+
+/* Compiles source into bytecode (owned, free()) in a throwaway plain state. Returns a
+ * kvr_lua_status (ERRSYNTAX with "name.lua:LINE: ..." in err). */
+int lua_compile(const char *name, const char *src, size_t len, char **bc, size_t *bc_len, char *err,
+                size_t err_len);
+
+/* Opens the libraries the runtime needs and nothing else (sandbox.c). Runs in protected mode. */
+int sandbox_open_libs(lua_State *L);
+
+/* ==== runtime and VMs ======================================================================== */
+
+struct pname {
+    char name[NAME_CAP];
+    uint64_t reloads, rejected, generation;
+    int trusted, live;
+};
+
+struct ucounter {
+    uint32_t policy_id;
+    char name[NAME_CAP];
+};
+
+/* Counters one VM keeps per policy name id (single writer: the VM's thread). */
+struct vm_pcounters {
+    atomic_ullong decisions, ok, errors, timeouts, oom, invalid, fallbacks, hook_errors, lua_ns;
+};
+
+struct kvr_lua_vm {
+    kvr_lua_runtime_t *rt;
+    struct kvr_lua_vm *next; /* runtime list (under rt->mu) */
+    uint64_t id;
+    struct lstate *st;       /* live state */
+    struct policy_set *set;  /* its set (a reference) */
+    atomic_ullong live_gen;  /* generation of st */
+    uint64_t retry_after_ns; /* failed build: no retry before */
+    char build_err[256];     /* last build failure (under rt->mu) */
+    struct kvr_lua_vm_config vcfg;
+    struct kvr_fallback_rng rng;
+    struct vm_pcounters pc[KVR_LUA_MAX_POLICIES];
+    atomic_ullong user[KVR_LUA_MAX_COUNTERS];
+    uint64_t last_log_ns[KVR_LUA_MAX_POLICIES];
+    uint32_t suppressed[KVR_LUA_MAX_POLICIES];
+    char err[ERR_CAP]; /* last error text (decision.error) */
+};
+
+struct kvr_lua_runtime {
+    struct kvr_lua_config cfg;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    pthread_mutex_t install_mu; /* serializes installs (validation runs outside mu) */
+    struct policy_set *set;     /* current (under mu) */
+    atomic_ullong generation;
+    struct pname names[KVR_LUA_MAX_POLICIES];
+    size_t n_names;
+    struct ucounter counters[KVR_LUA_MAX_COUNTERS];
+    size_t n_counters;
+    uint64_t retired_user[KVR_LUA_MAX_COUNTERS];
+    struct vm_pcounters retired[KVR_LUA_MAX_POLICIES]; /* sums of freed VMs */
+    struct kvr_lua_vm *vms;
+    size_t n_vms;
+    uint64_t next_vm_id;
+    struct dir_src {
+        char name[NAME_CAP];
+        char *src;
+        size_t len;
+    } * dir_cache;
+    size_t n_dir_cache;
+};
+
+/* Monotonic nanoseconds. */
+uint64_t kvr_lua_now_ns(void);
+
+/* Formats and sends a log line (never NULL fmt). Thread-safe. */
+void rt_log(kvr_lua_runtime_t *rt, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Name id for a policy name (registering it). -1 when the table is full. Caller holds rt->mu. */
+int rt_name_id(kvr_lua_runtime_t *rt, const char *name);
+
+/* 1 if name is a valid policy name (1..63 bytes of [A-Za-z0-9_.-]). */
+int rt_valid_name(const char *name, size_t len);
+
+/* Publishes s as the current set (caller holds rt->mu; takes ownership of s); returns the new
+ * generation. */
+uint64_t rt_publish(kvr_lua_runtime_t *rt, struct policy_set *s);
+
+/* Calls every registered VM's wake callback (caller holds no lock). */
+void rt_wake_all(kvr_lua_runtime_t *rt);
+
+/* Counter id for (policy_id, name), registering it. Thread-safe. */
+int rt_counter_id(kvr_lua_runtime_t *rt, uint32_t policy_id, const char *name, size_t len);
+
+/* Validates a policy in a scratch state; on success fills p->bytecode. (reload.c) */
+int reload_validate(kvr_lua_runtime_t *rt, struct policy_def *p, char *err, size_t err_len);
+
+/* Embedded Lua sources (generated at build time from lua/lib and policies/). */
+struct kvr_lua_embedded {
+    const char *name; /* "kvr.core", "kvr.policy", "kvr.cdef", "policies/kv_cost", ... */
+    const char *data;
+    size_t len;
+};
+extern const struct kvr_lua_embedded kvr_lua_embedded[];
+extern const size_t kvr_lua_embedded_count;
+/* Looks up an embedded source; NULL if absent. */
+const struct kvr_lua_embedded *embedded_find(const char *name);
+
+#endif
