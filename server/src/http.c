@@ -229,6 +229,15 @@ static void on_chunk_flushed(struct evhttp_connection *evcon, void *arg)
     (void)evcon;
     if (c->abort_req != NULL)
         abort_now(c); /* not from inside evhttp's write callback: on the next event */
+    else if (c->watch != NULL && c->watch->drained != NULL)
+        c->watch->drained(c->watch);
+}
+
+size_t srv_reply_pending(struct srv_hreq *h)
+{
+    struct evhttp_connection *evcon = h->req ? evhttp_request_get_connection(h->req) : NULL;
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    return bev != NULL ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
 }
 
 void srv_http_run_aborts(struct srv_thread *t)

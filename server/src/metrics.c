@@ -403,6 +403,9 @@ void srv_api_metrics(struct srv_hreq *h)
             SUM(s, proxy_streams));
     counter(&p, "kvrouter_proxy_client_disconnects_total",
             "Proxied requests whose client left before the end.", SUM(s, proxy_client_gone));
+    counter(&p, "kvrouter_proxy_backpressure_pauses_total",
+            "Times a stream stopped reading its worker until a slow client caught up.",
+            SUM(s, proxy_pauses));
     srv_prom_header(&p, "kvrouter_proxy_upstream_errors_total", "counter",
                     "Worker failures, by kind.");
     for (int e = 0; e < SRV_UPERR_COUNT_; e++) {

@@ -46,7 +46,8 @@
 #include "tokenize.h"
 #include "upstream.h"
 
-#define MAX_TOKENS (1u << 22) /* tokens per request we hash (4 Mi) */
+#define MAX_TOKENS (1u << 22)  /* tokens per request we hash (4 Mi) */
+#define PAUSE_BYTES (1u << 20) /* client backlog that pauses reading the worker */
 
 enum flow_kind { FLOW_ROUTE = 0, FLOW_COMPLETIONS = 1, FLOW_CHAT = 2 };
 
@@ -88,6 +89,7 @@ struct flow {
     uint32_t retries;
     int same_retry_done;
     int started; /* the client reply started (stream) */
+    int paused;  /* reading from the worker is paused until the client catches up */
     struct evbuffer *buf;
     int resp_status;
     int got_first;
@@ -379,10 +381,27 @@ static void fwd_data(void *ctx, struct evbuffer *data)
         srv_hist_observe(&f->t->st.ttft, srv_hist_latency(),
                          (f->t_first_ns - f->t_attempt_ns) / 1000);
     }
-    if (f->started)
+    if (f->started) {
         srv_reply_chunk(&f->h, data);
-    else if (f->buf != NULL)
+        if (!f->paused && f->up != NULL && srv_reply_pending(&f->h) > PAUSE_BYTES) {
+            /* backpressure: the client reads slower than the worker writes; stop reading the
+             * worker until the queued bytes have reached the client (flow_drained) */
+            srv_up_pause(f->up, 1);
+            f->paused = 1;
+            srv_stat_add(&f->t->st.proxy_pauses, 1);
+        }
+    } else if (f->buf != NULL) {
         evbuffer_add_buffer(f->buf, data);
+    }
+}
+
+static void flow_drained(struct srv_conn_watch *w)
+{
+    struct flow *f = (struct flow *)((char *)w - offsetof(struct flow, watch));
+    if (f->paused && f->up != NULL) {
+        f->paused = 0;
+        srv_up_pause(f->up, 0);
+    }
 }
 
 static void on_backoff(evutil_socket_t fd, short what, void *arg)
@@ -765,6 +784,7 @@ static struct flow *flow_new(struct srv_hreq *h, int kind)
     f->book = 1;
     f->live.kill = flow_kill;
     f->watch.gone = flow_gone;
+    f->watch.drained = flow_drained;
     return f;
 }
 

@@ -65,6 +65,8 @@ struct srv_pool;
  * what it holds, without touching the connection. */
 struct srv_conn_watch {
     void (*gone)(struct srv_conn_watch *w);
+    /* optional: the stream's queued output reached the client (srv_reply_chunk's flush) */
+    void (*drained)(struct srv_conn_watch *w);
 };
 
 struct srv_conn {
@@ -231,6 +233,8 @@ void srv_reply_header(struct srv_hreq *h, const char *name, const char *value);
 /* Streaming: start (headers), chunks (data moved out of buf), end. */
 void srv_reply_start(struct srv_hreq *h, int status, const char *reason);
 void srv_reply_chunk(struct srv_hreq *h, struct evbuffer *buf);
+/* Bytes of h's reply still queued for the client (0 when none or gone). */
+size_t srv_reply_pending(struct srv_hreq *h);
 void srv_reply_end(struct srv_hreq *h);
 /* Cuts a started stream: closes the client connection without the final chunk, so the client
  * sees an error rather than a clean end. */

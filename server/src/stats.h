@@ -76,6 +76,7 @@ struct srv_tstats {
     _Atomic uint64_t proxy_retries;
     _Atomic uint64_t proxy_streams;     /* responses streamed through */
     _Atomic uint64_t proxy_client_gone; /* clients that left before the end */
+    _Atomic uint64_t proxy_pauses;      /* worker reads paused for a slow client */
     _Atomic uint64_t upstream_errors[SRV_UPERR_COUNT_];
     _Atomic uint64_t tokenize_worker_ok;
     _Atomic uint64_t tokenize_worker_failed;

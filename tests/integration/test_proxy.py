@@ -138,6 +138,25 @@ class Proxy(unittest.TestCase):
         self.assertEqual((path, seen_body), ("/v1/completions", body))
         self.assertEqual(hdrs["host"], "127.0.0.1:%d" % fw.port)
 
+    def test_slow_client_pauses_the_worker_stream(self):
+        chunks = [bytes([65 + i % 26]) * (256 * 1024) for i in range(40)]  # 10 MiB at once
+        fw = self.fake(lambda path, body: ("sse", chunks, 0))
+        r = self.router()
+        r.json("POST", "/register", {"instance_id": 1, "url": fw.url}, expect=201)
+        s = socket.create_connection(("127.0.0.1", r.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        body = b'{"prompt": [1, 2, 3], "stream": true}'
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        time.sleep(1.0)  # the worker has written everything; the client has read nothing
+        self.assertGreaterEqual(r.metric("kvrouter_proxy_backpressure_pauses_total"), 1)
+        status, _, got, complete = read_chunked(s, deadline_s=30)
+        s.close()
+        self.assertEqual(status, 200)
+        self.assertTrue(complete)
+        self.assertEqual(b"".join(c for _, c in got), b"".join(chunks))
+        self.assertEqual(r.metric("kvrouter_load_active_requests"), 0)
+
     def test_load_lifecycle_and_client_disconnect(self):
         w = self.mock("--decode-us", "150000", "--prefill-us", "0", block_size=BS, zmq=False)
         r = self.router()
