@@ -226,6 +226,17 @@ int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct sr
     return KVR_OK;
 }
 
+void srv_policy_on_response(struct srv_thread *t, struct srv_model *m,
+                            const struct srv_policy_req *rq, const struct srv_policy_cand *worker,
+                            const struct srv_policy_outcome *out)
+{
+    (void)t;
+    (void)m;
+    (void)rq;
+    (void)worker;
+    (void)out;
+}
+
 int srv_policy_install(struct srv_policy_rt *rt, const char *model, const char *src, size_t len,
                        uint64_t *generation, char *err, size_t err_len)
 {
@@ -519,6 +530,80 @@ static uint32_t clamp32(uint64_t v)
     return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
+/* The runtime's view of a request (headers copied into hs[64]). */
+static void fill_request(struct kvr_ffi_request *req, struct kvr_ffi_header *hs,
+                         const struct srv_policy_req *rq, const struct srv_model *m)
+{
+    size_t nh = rq->n_headers < 64 ? rq->n_headers : 64;
+    for (size_t k = 0; k < nh; k++) {
+        hs[k].name = rq->headers[k].name;
+        hs[k].value = rq->headers[k].value;
+        hs[k].name_len = rq->headers[k].name_len;
+        hs[k].value_len = rq->headers[k].value_len;
+    }
+    memset(req, 0, sizeof(*req));
+    req->model = rq->model;
+    req->model_len = (uint32_t)strlen(rq->model);
+    req->session = rq->session;
+    req->session_len = (uint32_t)rq->session_len;
+    req->lora = rq->lora;
+    req->lora_len = (uint32_t)rq->lora_len;
+    req->policy = rq->policy;
+    req->policy_len = (uint32_t)rq->policy_len;
+    req->headers = nh ? hs : NULL;
+    req->n_headers = (uint32_t)nh;
+    req->local_hashes = rq->locals;
+    req->seq_hashes = rq->seqs;
+    req->request_id = rq->request_id;
+    req->overlap_weight = rq->overlap_weight >= 0 ? rq->overlap_weight : m->overlap_weight;
+    req->temperature = rq->temperature >= 0 ? rq->temperature : m->temperature;
+    req->tokens = rq->isl;
+    req->blocks = rq->blocks;
+    req->block_size = rq->block_size;
+    req->priority = rq->priority;
+}
+
+static void fill_candidate(struct kvr_ffi_candidate *fc, const struct srv_policy_cand *c)
+{
+    memset(fc, 0, sizeof(*fc));
+    fc->worker_id = c->worker_id;
+    fc->url = c->url;
+    fc->url_len = c->url ? (uint32_t)strlen(c->url) : 0;
+    fc->labels = c->labels;
+    fc->labels_len = c->labels ? (uint32_t)strlen(c->labels) : 0;
+    fc->kv_usage = -1;
+    fc->weight = 1;
+    fc->dp_rank = c->dp_rank;
+    fc->healthy = c->healthy;
+    fc->overlap = c->overlap;
+    fc->tree_blocks = c->tree_blocks;
+    fc->prefill_tokens = clamp32(c->prefill_tokens);
+    fc->decode_blocks = clamp32(c->decode_blocks);
+    fc->new_blocks = clamp32(c->new_blocks);
+    fc->requests = clamp32(c->requests);
+}
+
+void srv_policy_on_response(struct srv_thread *t, struct srv_model *m,
+                            const struct srv_policy_req *rq, const struct srv_policy_cand *worker,
+                            const struct srv_policy_outcome *out)
+{
+    if (t->policy_vm == NULL)
+        return;
+    struct kvr_ffi_header hs[64];
+    struct kvr_ffi_request req;
+    struct kvr_ffi_candidate fc;
+    fill_request(&req, hs, rq, m);
+    fill_candidate(&fc, worker);
+    struct kvr_ffi_outcome o;
+    memset(&o, 0, sizeof(o));
+    o.status = out->status;
+    o.ttft_ms = out->ttft_ms;
+    o.latency_ms = out->latency_ms;
+    o.error = out->error;
+    o.error_len = out->error ? (uint32_t)strlen(out->error) : 0;
+    kvr_lua_vm_on_response(t->policy_vm, &req, &fc, &o); /* failures are counted and logged */
+}
+
 int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct srv_policy_req *rq,
                       struct srv_policy_cand *c, size_t n, struct srv_policy_out *out)
 {
@@ -539,34 +624,8 @@ int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct sr
         return KVR_OK;
     }
     struct kvr_ffi_header hs[64];
-    size_t nh = rq->n_headers < 64 ? rq->n_headers : 64;
-    for (size_t k = 0; k < nh; k++) {
-        hs[k].name = rq->headers[k].name;
-        hs[k].value = rq->headers[k].value;
-        hs[k].name_len = rq->headers[k].name_len;
-        hs[k].value_len = rq->headers[k].value_len;
-    }
     struct kvr_ffi_request req;
-    memset(&req, 0, sizeof(req));
-    req.model = rq->model;
-    req.model_len = (uint32_t)strlen(rq->model);
-    req.session = rq->session;
-    req.session_len = (uint32_t)rq->session_len;
-    req.lora = rq->lora;
-    req.lora_len = (uint32_t)rq->lora_len;
-    req.policy = rq->policy;
-    req.policy_len = (uint32_t)rq->policy_len;
-    req.headers = nh ? hs : NULL;
-    req.n_headers = (uint32_t)nh;
-    req.local_hashes = rq->locals;
-    req.seq_hashes = rq->seqs;
-    req.request_id = rq->request_id;
-    req.overlap_weight = rq->overlap_weight >= 0 ? rq->overlap_weight : m->overlap_weight;
-    req.temperature = rq->temperature >= 0 ? rq->temperature : m->temperature;
-    req.tokens = rq->isl;
-    req.blocks = rq->blocks;
-    req.block_size = rq->block_size;
-    req.priority = rq->priority;
+    fill_request(&req, hs, rq, m);
     struct kvr_ffi_candidate local[64], *fc = n <= 64 ? local : calloc(n, sizeof(*fc));
     if (fc == NULL) {
         srv_policy_builtin_rank(w, temp, rq, c, n, srv_thread_uniform(t), out);
@@ -574,24 +633,8 @@ int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct sr
         out->policy = BUILTIN_NAME;
         return KVR_OK;
     }
-    memset(fc, 0, n * sizeof(*fc));
-    for (size_t k = 0; k < n; k++) {
-        fc[k].worker_id = c[k].worker_id;
-        fc[k].url = c[k].url;
-        fc[k].url_len = c[k].url ? (uint32_t)strlen(c[k].url) : 0;
-        fc[k].labels = c[k].labels;
-        fc[k].labels_len = c[k].labels ? (uint32_t)strlen(c[k].labels) : 0;
-        fc[k].kv_usage = -1;
-        fc[k].weight = 1;
-        fc[k].dp_rank = c[k].dp_rank;
-        fc[k].healthy = c[k].healthy;
-        fc[k].overlap = c[k].overlap;
-        fc[k].tree_blocks = c[k].tree_blocks;
-        fc[k].prefill_tokens = clamp32(c[k].prefill_tokens);
-        fc[k].decode_blocks = clamp32(c[k].decode_blocks);
-        fc[k].new_blocks = clamp32(c[k].new_blocks);
-        fc[k].requests = clamp32(c[k].requests);
-    }
+    for (size_t k = 0; k < n; k++)
+        fill_candidate(&fc[k], &c[k]);
     struct kvr_lua_decision d;
     memset(&d, 0, sizeof(d));
     d.ranked = out->ranked;

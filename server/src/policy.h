@@ -104,6 +104,19 @@ void srv_policy_thread_free(struct srv_thread *t);
 int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct srv_policy_req *rq,
                       struct srv_policy_cand *c, size_t n, struct srv_policy_out *out);
 
+/* The outcome of a proxied request, for policies with an on_response hook (no-op without the
+ * Lua runtime). status: the worker's HTTP status, 0 when none; times < 0 when unknown; error may
+ * be NULL. The candidate is the worker that served (or failed) the last attempt. */
+struct srv_policy_outcome {
+    int status;
+    double ttft_ms;
+    double latency_ms;
+    const char *error;
+};
+void srv_policy_on_response(struct srv_thread *t, struct srv_model *m,
+                            const struct srv_policy_req *rq, const struct srv_policy_cand *worker,
+                            const struct srv_policy_outcome *out);
+
 /* Installs `src` as the policy of model key (NULL = the default). On success *generation is the
  * generation live on every thread. Returns an HTTP status (200, 4xx with err, 5xx with err). */
 int srv_policy_install(struct srv_policy_rt *rt, const char *model, const char *src, size_t len,

@@ -41,6 +41,7 @@
 #include "kvr/err.h"
 #include "kvr/hash.h"
 #include "models.h"
+#include "policy.h"
 #include "route.h"
 #include "server.h"
 #include "tokenize.h"
@@ -99,6 +100,7 @@ struct flow {
 
 static void attempt(struct flow *f);
 static void decide_and_go(struct flow *f);
+static void report_outcome(struct flow *f, int status, uint64_t t_att, const char *error);
 
 /* ==== lifetime ================================================================================ */
 
@@ -470,6 +472,7 @@ static void fwd_done(void *ctx, int ok, int kind, int status, int reused)
         else if (status == 429)
             srv_stat_add(&t->st.upstream_errors[SRV_UPERR_STATUS_429], 1);
         srv_hist_observe(&t->st.upstream, srv_hist_latency(), (srv_now_ns() - t_att) / 1000);
+        report_outcome(f, status, t_att, NULL);
         srv_route_release(&f->d);
         if (f->started)
             srv_reply_end(&f->h);
@@ -489,6 +492,7 @@ static void fwd_done(void *ctx, int ok, int kind, int status, int reused)
     srv_stat_add(&t->st.upstream_errors[f->started ? SRV_UPERR_MIDSTREAM : ek], 1);
     srv_route_release(&f->d);
     if (f->started) { /* bytes already reached the client: nothing to retry */
+        report_outcome(f, f->resp_status, t_att, "the worker failed mid-stream");
         srv_logf(t->srv->log, SRV_LOG_WARN, t->name,
                  "worker %llu (%s) failed mid-stream; cutting the client stream",
                  (unsigned long long)w->id, w->url);
@@ -502,6 +506,11 @@ static void fwd_done(void *ctx, int ok, int kind, int status, int reused)
     }
     f->got_first = 0;
     int same = kind == SRV_UPERR_CONNECT && reused && !f->same_retry_done;
+    report_outcome(f, retry_status, t_att,
+                   kind == SRV_UPERR_TIMEOUT   ? "timeout"
+                   : kind == SRV_UPERR_CONNECT ? "connection failed"
+                   : retry_status              ? "retryable status"
+                                               : "the response broke off");
     if (retry(f, same) == 0)
         return;
     if (kind == SRV_UPERR_TIMEOUT)
@@ -513,6 +522,44 @@ static void fwd_done(void *ctx, int ok, int kind, int status, int reused)
 }
 
 static const struct srv_up_ops fwd_ops = {fwd_head, fwd_data, fwd_done};
+
+/* Tells the policy how the request ended (its on_response hook, if it has one). */
+static void report_outcome(struct flow *f, int status, uint64_t t_att, const char *error)
+{
+    const struct srv_pick *p = &f->d.pick[f->d.cur];
+    struct srv_policy_req rq = {.model = f->m->key,
+                                .session = f->session,
+                                .session_len = f->session ? strlen(f->session) : 0,
+                                .lora = f->lora,
+                                .lora_len = f->lora ? strlen(f->lora) : 0,
+                                .policy = f->policy_hdr,
+                                .policy_len = f->policy_hdr ? strlen(f->policy_hdr) : 0,
+                                .headers = f->hdrs,
+                                .n_headers = f->n_hdrs,
+                                .locals = f->locals,
+                                .seqs = f->seqs,
+                                .request_id = f->d.request_id,
+                                .overlap_weight = f->overlap_weight,
+                                .temperature = f->temperature,
+                                .isl = f->isl,
+                                .blocks = (uint32_t)f->n_blocks,
+                                .block_size = f->m->block_size};
+    struct srv_policy_cand c;
+    memset(&c, 0, sizeof(c));
+    c.worker_id = p->w->id;
+    c.dp_rank = p->dp_rank;
+    c.url = p->w->url;
+    c.labels = p->w->labels;
+    c.healthy = 1;
+    c.overlap = p->overlap;
+    uint64_t now = srv_now_ns();
+    struct srv_policy_outcome o = {
+        .status = status,
+        .ttft_ms = f->got_first && t_att ? (double)(f->t_first_ns - t_att) / 1e6 : -1,
+        .latency_ms = t_att ? (double)(now - t_att) / 1e6 : -1,
+        .error = error};
+    srv_policy_on_response(f->t, f->m, &rq, &c, &o);
+}
 
 static void attempt(struct flow *f)
 {

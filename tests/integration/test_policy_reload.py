@@ -154,6 +154,27 @@ class PolicyReload(unittest.TestCase):
         r.json("POST", "/admin/reload")
         self.assertEqual(self.pick(r)["worker_id"], 3)
 
+    def test_on_response_hook_sees_outcomes(self):
+        good = kvrh.FakeWorker()
+        bad = kvrh.FakeWorker(lambda p, b: ("json", 503, b"{}"))
+        self.addCleanup(good.stop)
+        self.addCleanup(bad.stop)
+        r = self.router()
+        for wid in (1, 2, 3):
+            r.json("POST", "/unregister", {"instance_id": wid})
+        r.json("POST", "/register", {"instance_id": 1, "url": bad.url}, expect=201)
+        r.json("POST", "/register", {"instance_id": 2, "url": good.url}, expect=201)
+        r.json("POST", "/admin/policy", PICK_FIRST.replace("return best\nend }", """return best
+end, on_response = function(req, worker, outcome)
+  kvr.count(outcome.ok and "ok" or "failed")
+  if outcome.ttft_ms then kvr.count("timed") end
+end }"""))
+        for _ in range(3):  # worker 1 answers 503: retried on worker 2
+            self.assertEqual(r.request("POST", "/v1/completions", {"prompt": [1, 2, 3]})[0], 200)
+        m = lambda n: r.metric("kvrouter_policy_user_counter_total", name=n)  # noqa: E731
+        self.assertEqual((m("ok"), m("failed")), (3, 3))
+        self.assertEqual(m("timed"), 3)
+
     def test_policy_header_when_allowed(self):
         r = self.router("--allow-policy-header")
         r.json("POST", "/admin/policy", PICK_FIRST)

@@ -146,8 +146,9 @@ class Router(Proc):
         assert st == 200
         return data.decode()
 
-    def metric(self, name, **labels):
-        """Sum of the samples of `name` whose labels include `labels`."""
+    def metric(self, family, **labels):
+        """Sum of the samples of `family` whose labels include `labels`."""
+        name = family
         total = 0.0
         found = False
         for line in self.metrics().splitlines():
