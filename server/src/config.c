@@ -1265,10 +1265,6 @@ int srv_config_finish(struct srv_config *cfg, char *err, size_t err_len)
         errf(err, err_len, "--snapshot-period needs --snapshot FILE");
         return -1;
     }
-    if (cfg->admin_token != NULL && strlen(cfg->admin_token) < 8) {
-        errf(err, err_len, "--admin-token: use at least 8 characters");
-        return -1;
-    }
     if (cfg->health_path == NULL || cfg->health_path[0] != '/') {
         errf(err, err_len, "--health-path: expected a path starting with '/'");
         return -1;

@@ -94,6 +94,10 @@ int srv_new(const struct srv_config *cfg, struct srv_logger *log, struct srv **o
     }
     if ((rc = setup_models(s, err, err_len)) != KVR_OK)
         goto fail;
+    if (cfg->admin_token != NULL && strlen(cfg->admin_token) < 16)
+        srv_logf(log, SRV_LOG_WARN, "main",
+                 "the admin token is short (%zu characters): use 16 or more random characters",
+                 strlen(cfg->admin_token));
     if (cfg->snapshot_path != NULL) {
         uint64_t events = 0;
         char e[512];

@@ -126,7 +126,7 @@ class Config(unittest.TestCase):
                  (["--worker", "url=http://x:1"], "id"),
                  (["--worker", "id=1,model=zzz,url=http://x:1"], "zzz"),
                  (["--snapshot-period", "10"], "--snapshot"),
-                 (["--admin-token", "short"], "--admin-token"),
+                 (["--admin-token", ""], "--admin-token"),
                  (["--log-level", "loud"], "--log-level"),
                  (["--config", "/nonexistent/kvrouter.lua"], "/nonexistent/kvrouter.lua"),
                  (["extra-arg"], "extra-arg")]
