@@ -81,9 +81,9 @@ START_TEST(bad_flags_name_the_option)
 {
     struct {
         char *flag, *value, *needle;
-    } cases[] = {{"--threads", "0", "--threads"},        {"--threads", "99", "--threads"},
-                 {"--max-body", "12X", "--max-body"},    {"--timeout", "soon", "--timeout"},
-                 {"--listen", "host", "--listen"},       {"--tokenizer", "gpt", "--tokenizer"},
+    } cases[] = {{"--threads", "0", "--threads"},       {"--threads", "99", "--threads"},
+                 {"--max-body", "12X", "--max-body"},   {"--timeout", "soon", "--timeout"},
+                 {"--listen", "host", "--listen"},      {"--tokenizer", "gpt", "--tokenizer"},
                  {"--admin-token", "", "--admin-token"}};
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         struct srv_config c;
