@@ -1,0 +1,127 @@
+/* models.h - the model registry: one index, load tracker (and approximate recorder) per
+ * "model:tenant", created from the config, by /register or /v1/workers, or by a snapshot.
+ *
+ *   srv_models ─┬─ slot 0  "default:default"  block 16  kind events ─ index, load, [kvsub]
+ *               ├─ slot 1  "llama:default"    block 16  kind events ─ index, load, kvsub ─▶ ZMQ
+ *               └─ slot 2  "mistral:acme"     block 32  kind approx ─ index, load, approx
+ *
+ * Models are append-only: a model, once created, lives until the server is freed, so a pointer
+ * from srv_models_find stays valid without any reference counting. Creation is serialised by a
+ * mutex; lookups read an array published with a release store of its length (lock-free).
+ * The first creator fixes a model's block size; asking for another size later is a conflict
+ * (KVR_EEXIST), as in the standalone indexer.
+ *
+ * KV events: each model has at most one subscriber thread (kvr_kvsub, created on first use) for
+ * the ZMQ endpoints of its workers; its sink applies every batch to the model's index with
+ * kvr_index_apply_batch (bounded write-lock holds). Request ids: ((slot + 1) << 44) | sequence,
+ * so /v1/route/{id} finds its model without a table (ids stay below 2^53, exact in JSON numbers).
+ *
+ * Thread-safety: every function is thread-safe.
+ */
+#ifndef KVR_SRV_MODELS_H
+#define KVR_SRV_MODELS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kvr/approx.h"
+#include "kvr/index.h"
+#include "kvr/load.h"
+#include "log.h"
+
+struct kvr_kvsub;
+
+#define SRV_REQ_ID_SHIFT 44
+
+struct srv_model {
+    uint32_t slot;       /* index in the registry */
+    uint32_t block_size; /* tokens per block */
+    char name[128];      /* model name */
+    char tenant[64];     /* tenant */
+    char key[200];       /* "name:tenant" */
+    int kind;            /* enum srv_model_kind */
+    int index_kind;      /* enum kvr_index_kind */
+    int tokenizer;       /* enum srv_tokenizer (resolved: never AUTO) */
+    uint32_t byte_chunk; /* bytes tokenizer: bytes per pseudo-token */
+    uint32_t pad_;
+    char *policy;          /* policy name/file (owned) or NULL = server default */
+    double overlap_weight; /* built-in policy */
+    double temperature;
+    kvr_index_t *index;               /* owned */
+    kvr_load_t *load;                 /* owned */
+    kvr_approx_t *approx;             /* owned, approx models only */
+    uint64_t created_unix;            /* seconds */
+    _Atomic uint64_t req_seq;         /* request id sequence */
+    pthread_mutex_t sub_mu;           /* guards sub creation */
+    struct kvr_kvsub *sub;            /* KV-event subscriber (owned) or NULL */
+    struct srv_logger *log;           /* borrowed */
+    _Atomic uint64_t sink_batches;    /* batches applied from ZMQ */
+    _Atomic uint64_t sink_events;     /* events applied from ZMQ */
+    _Atomic uint64_t http_events;     /* events applied from POST /v1/events */
+    _Atomic uint64_t route_decisions; /* routing decisions */
+};
+
+struct srv_models {
+    pthread_mutex_t mu;                  /* serialises creation */
+    struct srv_model *v[SRV_MAX_MODELS]; /* published slots */
+    _Atomic size_t n;                    /* slots published (release/acquire) */
+    struct srv_logger *log;              /* borrowed */
+    void *zmq_ctx;                       /* shared ZMQ context (owned) or NULL until needed */
+};
+
+int srv_models_init(struct srv_models *ms, struct srv_logger *log);
+/* Stops every subscriber and frees every model. */
+void srv_models_free(struct srv_models *ms);
+
+static inline size_t srv_models_count(struct srv_models *ms)
+{
+    return atomic_load_explicit(&ms->n, memory_order_acquire);
+}
+static inline struct srv_model *srv_models_at(struct srv_models *ms, size_t i)
+{
+    return ms->v[i];
+}
+
+/* Exact lookup of (name, tenant); tenant NULL means "default". Returns NULL if absent. */
+struct srv_model *srv_models_find(struct srv_models *ms, const char *name, size_t name_len,
+                                  const char *tenant, size_t tenant_len);
+
+/* Lookup of "name" (tenant default) or "name:tenant" (text not NUL-terminated). A name that
+ * itself contains ':' is tried whole first. */
+struct srv_model *srv_models_find_spec(struct srv_models *ms, const char *spec, size_t len);
+
+/* The model a proxied OpenAI request names: exact name match (tenant default), else the model
+ * "default", else the only model if there is exactly one; NULL otherwise. */
+struct srv_model *srv_models_for_openai(struct srv_models *ms, const char *name, size_t len);
+
+/* Creates a model from a config entry, or returns the existing one when (name, tenant) exists
+ * with the same block size (*created = 0). KVR_EEXIST (block size differs; err says so),
+ * KVR_ECAPACITY (too many models), KVR_EINVAL, KVR_ENOMEM. created may be NULL. */
+int srv_models_get_or_create(struct srv_models *ms, const struct srv_model_cfg *mc,
+                             struct srv_model **out, int *created, char *err, size_t err_len);
+
+/* A config entry with defaults for (name, tenant, block_size): events kind, auto tokenizer. The
+ * strings are borrowed (the struct must not be freed with srv_config_free). */
+void srv_model_cfg_defaults(struct srv_model_cfg *mc, char *name, char *tenant,
+                            uint32_t block_size);
+
+/* Model of a request id, or NULL. */
+struct srv_model *srv_models_of_request(struct srv_models *ms, uint64_t request_id);
+
+/* A fresh request id for m. */
+uint64_t srv_model_next_request_id(struct srv_model *m);
+
+/* Subscribes the model's index to a worker rank's ZMQ KV events (endpoint/replay borrowed;
+ * replay may be NULL). *sub_id receives the source id. KVR_OK, KVR_EEXIST (that rank is already
+ * subscribed), KVR_EINVAL (bad endpoint; err says why), KVR_EIO, KVR_ENOMEM. */
+int srv_model_subscribe(struct srv_models *ms, struct srv_model *m, uint64_t worker_id,
+                        uint32_t dp_rank, const char *endpoint, const char *replay,
+                        uint32_t *sub_id, char *err, size_t err_len);
+
+/* Removes a source (KVR_OK or KVR_ENOTFOUND). */
+int srv_model_unsubscribe(struct srv_model *m, uint32_t sub_id);
+
+#endif
