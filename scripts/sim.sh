@@ -14,7 +14,7 @@ policies=(round_robin random least_loaded power_of_two session_affinity kv_cost 
           weighted bounded_affinity)
 args=()
 for p in "${policies[@]}"; do args+=(--policy "$p"); done
-"$build/bin/kvr-sim" --trace data/traces/mooncake_fast25_conversation_trace.jsonl.gz \
+"$build/bin/kvrouter" sim --trace data/traces/mooncake_fast25_conversation_trace.jsonl.gz \
   --workers 8 --cache-blocks 4096 --seed 1 "${args[@]}" \
   --json "$out/report.json" --html "$out/report.html" --svg-dir "$out/svg" "$@"
 /usr/bin/python3 - "$out/report.json" <<'PY'

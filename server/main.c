@@ -5,18 +5,28 @@
  *   SIGHUP            reload the policy files
  * Every thread is started with these signals blocked; main() waits for them with sigwait.
  * Exit status: 0 clean stop (and --help, --version, --check-config), 2 bad configuration,
- * 1 startup failure. */
+ * 1 startup failure.
+ *
+ * `kvrouter sim ...` runs the policy lab instead (kvr/sim.h, docs/SIM.md): the same engine and
+ * Lua runtime driven by a recorded trace; no server is started. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "kvr/sim.h"
 #include "log.h"
 #include "server.h"
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "sim") == 0) {
+        char name[] = "kvrouter sim";
+        argv[1] = name;
+        return kvr_sim_main(argc - 1, argv + 1);
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);

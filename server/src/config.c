@@ -1280,6 +1280,7 @@ void srv_config_usage(FILE *out)
 {
     fprintf(out,
             "usage: kvrouter [options]\n"
+            "       kvrouter sim [options]  the policy lab (kvrouter sim --help)\n"
             "\n"
             "A KV-cache-aware LLM request router: standalone-indexer API, routing API,\n"
             "OpenAI-compatible streaming proxy, worker health, snapshots, metrics.\n"
