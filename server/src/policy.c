@@ -21,7 +21,7 @@
 
 #include "kvr/lua.h"
 
-#define DEFAULT_POLICY "bounded_affinity" /* policies/README.md: the provisional default */
+#define DEFAULT_POLICY "bounded_affinity" /* policies/README.md "The default" (policy lab) */
 #define MAX_FILES 64
 
 /* A configured policy source: a file (re-read on reload) or a shipped name. */

@@ -68,7 +68,7 @@
  *  - Startup: kvr_lua_config_init, set the engine handles, kvr_lua_runtime_new; install the
  *    policies (kvr_lua_policy_install with the text of --policy FILE, or kvr_lua_builtin_source
  *    for a shipped one, which may be installed KVR_LUA_TRUSTED) and kvr_lua_policy_bind(model,
- *    or NULL for the default: policies/README.md names the provisional default).
+ *    or NULL for the default: policies/README.md names the default).
  *  - Each worker thread, on itself: kvr_lua_vm_new(rt, &vcfg, &vm) with vcfg.wake = a function
  *    that writes the worker's eventfd (it is called from the control thread after each install);
  *    on that wakeup call kvr_lua_vm_poll(vm). Per request: kvr_lua_prepare (or fill the
