@@ -86,12 +86,13 @@ static void config(FILE *f, const struct kvr_sim_report *rep)
                 "</code>: %llu requests over %.1f minutes (time scale %g). %u workers, each an "
                 "LRU prefix cache of %llu blocks of %u tokens (%u block(s) per trace id). "
                 "Latency model: prefill %g &micro;s per uncached token + %g ms, decode %g ms per "
-                "output token, %u slots and %u prefill lane(s) per worker. Seed %llu.</p>\n",
+                "output token, %u slots and %u prefill lane(s) per worker. Seed %llu. One pooled "
+                "LRU cache of the same total size would reach a hit ratio of %.4f.</p>\n",
                 (unsigned long long)rep->trace_requests, rep->trace_duration_s / 60, c->time_scale,
                 c->workers, (unsigned long long)c->cache_blocks, c->block_size, kvr_sim_expand(c),
                 c->prefill_us_per_token, c->prefill_overhead_us / 1000,
                 c->decode_us_per_token / 1000, c->slots, c->prefill_lanes,
-                (unsigned long long)c->seed);
+                (unsigned long long)c->seed, rep->pooled_hit_ratio);
     } else {
         fprintf(f,
                 "</code> (op stream: recorded KV events and routing queries): %llu queries. "
@@ -128,7 +129,10 @@ static const char definitions[] =
     "infinite cache shared by every worker), over all requested blocks; no routing can beat "
     "it.</li>\n"
     "<li><b>imbalance</b>: the most requests routed to one worker over the mean per worker "
-    "(1 = perfectly even).</li>\n"
+    "(1 = perfectly even); <b>over time</b>: the same for requests in flight, bucket by bucket "
+    "(the sum of each bucket's maximum over the sum of its means).</li>\n"
+    "<li><b>pooled LRU cache</b>: one cache holding every worker's capacity, fed every request "
+    "on arrival: how much of the best achievable the total capacity allows.</li>\n"
     "<li><b>TTFT</b>: first token minus arrival (queueing + prefill). <b>throughput</b>: "
     "completed requests over the time from the first arrival to the last completion.</li>\n"
     "<li><b>policy failures</b>: decisions the Lua policy could not make (error, timeout, "
@@ -159,8 +163,10 @@ int kvr_sim_write_html(FILE *f, const struct kvr_sim_report *rep)
             continue;
         fputs("<h3>", f);
         kvr_sim_svg_text(f, r->name);
-        fprintf(f, " <span class=\"note\">(imbalance %.3f; blocks %.3f)</span></h3>\n",
-                r->imbalance, r->imbalance_blocks);
+        fprintf(f,
+                " <span class=\"note\">(imbalance %.3f by requests, %.3f over time, %.3f by "
+                "blocks)</span></h3>\n",
+                r->imbalance, r->imbalance_inflight, r->imbalance_blocks);
         kvr_sim_report_load_chart(f, rep, i);
         worker_table(f, r);
     }

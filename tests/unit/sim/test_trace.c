@@ -129,6 +129,7 @@ Suite *sim_trace_suite(void)
 {
     Suite *s = suite_create("sim_trace");
     TCase *api = tcase_create("api");
+    tcase_set_timeout(api, 60);
     tcase_add_test(api, parses_lines);
     tcase_add_test(api, bundled_traces);
     suite_add_tcase(s, api);
