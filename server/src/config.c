@@ -109,7 +109,8 @@ static const struct opt opts[] = {
 /* Options outside the table. */
 enum { O_HELP = 1000, O_VERSION, O_CONFIG, O_MODEL, O_WORKER, O_CHECK, O_TABLE };
 
-static void errf(char *err, size_t err_len, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void errf(char *err, size_t err_len, const char *fmt,
+                                                       ...)
 {
     va_list ap;
     va_start(ap, fmt);

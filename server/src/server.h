@@ -221,12 +221,14 @@ void srv_reply_out(struct srv_hreq *h, int status, int jw_err);
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-void srv_reply_error(struct srv_hreq *h, int status, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) void
+srv_reply_error(struct srv_hreq *h, int status, const char *fmt, ...);
 /* Same, status from a kvr_err code. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-void srv_reply_kvr(struct srv_hreq *h, int kvr_err, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) void
+srv_reply_kvr(struct srv_hreq *h, int kvr_err, const char *fmt, ...);
 /* Adds a response header (before the reply). */
 void srv_reply_header(struct srv_hreq *h, const char *name, const char *value);
 
