@@ -29,6 +29,7 @@ static void model_free(struct srv_model *m)
     kvr_load_free(m->load);
     kvr_index_free(m->index);
     free(m->policy);
+    free(m->kv_topic);
     pthread_mutex_destroy(&m->sub_mu);
     free(m);
 }
@@ -127,6 +128,8 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
     atomic_init(&m->req_seq, 0);
     int rc = KVR_ENOMEM;
     if (mc->policy != NULL && (m->policy = strdup(mc->policy)) == NULL)
+        goto fail;
+    if (mc->kv_topic != NULL && (m->kv_topic = strdup(mc->kv_topic)) == NULL)
         goto fail;
     struct kvr_index_config ic = {.kind = m->index_kind};
     if ((rc = kvr_index_new(&ic, &m->index)) != KVR_OK)
@@ -259,6 +262,8 @@ int srv_model_subscribe(struct srv_models *ms, struct srv_model *m, uint64_t wor
                                               .block_size = m->block_size,
                                               .endpoint = endpoint,
                                               .replay_endpoint = replay,
+                                              .topic = m->kv_topic,
+                                              .topic_len = m->kv_topic ? strlen(m->kv_topic) : 0,
                                               .clear_on_loss = 1};
         rc = kvr_kvsub_add(m->sub, &src, sub_id);
         if (rc == KVR_EEXIST)

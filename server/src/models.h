@@ -48,6 +48,7 @@ struct srv_model {
     uint32_t byte_chunk; /* bytes tokenizer: bytes per pseudo-token */
     uint32_t pad_;
     char *policy;          /* policy name/file (owned) or NULL = server default */
+    char *kv_topic;        /* ZMQ topic prefix of its workers' KV events (owned) or NULL = all */
     double overlap_weight; /* built-in policy */
     double temperature;
     kvr_index_t *index;               /* owned */

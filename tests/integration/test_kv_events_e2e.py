@@ -146,6 +146,25 @@ class KvEventsEndToEnd(unittest.TestCase):
         self.assertEqual(r.metric("kvrouter_kv_source_lost_batches_total", worker_id="3"), 0)
         self.assertIn("kvr_mock_batches_dropped_total 1", w.request("GET", "/metrics")[2].decode())
 
+    def test_topic_filter(self):
+        # The model's topic filter: a worker publishing under "kv@w1" is heard, one publishing
+        # under "other" is not (its batches never reach the SUB socket).
+        r = self.router("--model", "default,topic=kv@")
+        zmq1, zmq2 = ("tcp://127.0.0.1:%d" % kvrh.free_port() for _ in range(2))
+        w1 = self.worker("--zmq", zmq1, "--topic", "kv@w1")
+        w2 = self.worker("--zmq", zmq2, "--topic", "other")
+        self.register(r, 1, w1, zmq1)
+        self.register(r, 2, w2, zmq2)
+        p1, p2 = prompt(100, 3), prompt(900, 3)
+        self.assertEqual(w1.request("POST", "/v1/completions", {"prompt": p1, "max_tokens": 1})[0],
+                         200)
+        self.assertEqual(w2.request("POST", "/v1/completions", {"prompt": p2, "max_tokens": 1})[0],
+                         200)
+        kvrh.wait_until(lambda: self.overlap(r, p1, 1) == 3, what="w1's events")
+        time.sleep(0.3)
+        self.assertEqual(self.overlap(r, p2, 2), 0)
+        self.assertIsNone(r.metric("kvrouter_kv_source_last_seq", worker_id="2"))
+
     def test_dropped_batch_without_replay_is_counted(self):
         r = self.router()
         zmq = "tcp://127.0.0.1:%d" % kvrh.free_port()
