@@ -124,6 +124,8 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
     m->overlap_weight = mc->overlap_weight;
     m->temperature = mc->temperature;
     m->log = ms->log;
+    m->on_events = ms->on_events;
+    m->on_events_ctx = ms->on_events_ctx;
     m->created_unix = (uint64_t)time(NULL);
     atomic_init(&m->req_seq, 0);
     int rc = KVR_ENOMEM;
@@ -218,6 +220,8 @@ static int sink(void *ctx, const struct kvr_event *ev, size_t n)
 {
     struct srv_model *m = ctx;
     kvr_index_apply_batch(m->index, ev, n, NULL); /* errors are counted by the index */
+    if (m->on_events != NULL)
+        m->on_events(m->on_events_ctx, ev, n);
     atomic_fetch_add_explicit(&m->sink_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->sink_events, n, memory_order_relaxed);
     return 0;

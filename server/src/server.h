@@ -153,7 +153,9 @@ struct srv_thread {
 
     uint64_t rng; /* xorshift state (jitter) */
     struct srv_ratelimit rl_warn;
-    void *policy_vm; /* per-thread policy state (policy.c) */
+    void *policy_vm;             /* per-thread policy state (policy.c) */
+    _Atomic unsigned kv_hooks;   /* KV-event hooks its policies define (1 << kind bits) */
+    _Atomic uint32_t kv_pending; /* event batches queued to it for those hooks */
 };
 
 /* ==== snapshot status ========================================================================= */

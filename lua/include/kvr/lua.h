@@ -325,6 +325,11 @@ int kvr_lua_vm_on_response(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
  * on_cleared. Returns the worst kvr_lua_status (KVR_LUA_NOPOLICY when no policy has a hook). */
 int kvr_lua_vm_on_event(kvr_lua_vm_t *vm, const struct kvr_event *ev);
 
+/* Which KV-event hooks the VM's current policies define: bit (1 << kind) for on_stored (kind
+ * KVR_EVENT_STORED), on_removed and on_cleared; 0 when none. Cheap (no Lua call); lets the server
+ * skip delivering events to threads whose policies ignore them. VM thread only. */
+unsigned kvr_lua_vm_event_hooks(kvr_lua_vm_t *vm);
+
 /* ==== helpers ================================================================================= */
 
 /* Fills, for each candidate (worker_id and dp_rank set by the caller): overlap (device tier,
