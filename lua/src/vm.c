@@ -357,6 +357,12 @@ int kvr_lua_vm_on_response(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     return status;
 }
 
+void kvr_lua_vm_set_engine(kvr_lua_vm_t *vm, const struct kvr_lua_engine *engine)
+{
+    if (vm != NULL)
+        vm->engine = engine;
+}
+
 unsigned kvr_lua_vm_event_hooks(kvr_lua_vm_t *vm)
 {
     if (vm == NULL || vm->st == NULL)

@@ -221,7 +221,7 @@ static int sink(void *ctx, const struct kvr_event *ev, size_t n)
     struct srv_model *m = ctx;
     kvr_index_apply_batch(m->index, ev, n, NULL); /* errors are counted by the index */
     if (m->on_events != NULL)
-        m->on_events(m->on_events_ctx, ev, n);
+        m->on_events(m->on_events_ctx, m, ev, n);
     atomic_fetch_add_explicit(&m->sink_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->sink_events, n, memory_order_relaxed);
     return 0;

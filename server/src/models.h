@@ -38,7 +38,8 @@ struct kvr_kvsub;
 
 /* Called with every batch of KV events a model applied (from the subscriber thread or an HTTP
  * thread); events are borrowed for the call. Used to feed the policies' KV-event hooks. */
-typedef void (*srv_events_fn)(void *ctx, const struct kvr_event *ev, size_t n);
+struct srv_model;
+typedef void (*srv_events_fn)(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n);
 
 struct srv_model {
     uint32_t slot;       /* index in the registry */

@@ -108,9 +108,10 @@ void srv_policy_thread_free(struct srv_thread *t)
     t->policy_vm = NULL;
 }
 
-void srv_policy_events(void *ctx, const struct kvr_event *ev, size_t n)
+void srv_policy_events(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n)
 {
     (void)ctx;
+    (void)m;
     (void)ev;
     (void)n;
 }
@@ -517,6 +518,7 @@ void srv_policy_rt_free(struct srv_policy_rt *rt)
 
 struct evbatch {
     _Atomic uint32_t refs;
+    struct srv_model *m; /* models live as long as the server */
     struct kvr_event_list l;
 };
 
@@ -557,14 +559,18 @@ static void events_msg(void *ctx, void *arg)
     struct evbatch *b = arg;
     atomic_fetch_sub_explicit(&t->kv_pending, 1, memory_order_relaxed);
     if (!srv_mq_closing(&t->mq) && t->policy_vm != NULL) {
+        struct kvr_lua_engine eng = {
+            .index = b->m->index, .load = b->m->load, .block_size = b->m->block_size};
+        kvr_lua_vm_set_engine(t->policy_vm, &eng);
         for (size_t i = 0; i < b->l.n; i++)
             (void)kvr_lua_vm_on_event(t->policy_vm, &b->l.ev[i]); /* failures are counted */
+        kvr_lua_vm_set_engine(t->policy_vm, NULL);
         hooks_update(t);
     }
     evbatch_unref(b);
 }
 
-void srv_policy_events(void *ctx, const struct kvr_event *ev, size_t n)
+void srv_policy_events(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n)
 {
     struct srv *s = ctx;
     struct srv_policy_rt *rt = s->policy;
@@ -589,6 +595,7 @@ void srv_policy_events(void *ctx, const struct kvr_event *ev, size_t n)
             if (b == NULL)
                 break;
             kvr_event_list_init(&b->l);
+            b->m = m;
             atomic_init(&b->refs, 1); /* ours, dropped below */
             for (size_t i = 0; i < n; i++) {
                 if (kvr_event_list_push(&b->l, &ev[i]) != KVR_OK) {
@@ -750,7 +757,10 @@ void srv_policy_on_response(struct srv_thread *t, struct srv_model *m,
     o.latency_ms = out->latency_ms;
     o.error = out->error;
     o.error_len = out->error ? (uint32_t)strlen(out->error) : 0;
+    struct kvr_lua_engine eng = {.index = m->index, .load = m->load, .block_size = m->block_size};
+    kvr_lua_vm_set_engine(t->policy_vm, &eng); /* kvr.overlap & co. answer for this model */
     kvr_lua_vm_on_response(t->policy_vm, &req, &fc, &o); /* failures are counted and logged */
+    kvr_lua_vm_set_engine(t->policy_vm, NULL);
 }
 
 int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct srv_policy_req *rq,
@@ -788,7 +798,10 @@ int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct sr
     memset(&d, 0, sizeof(d));
     d.ranked = out->ranked;
     d.cap = out->cap;
+    struct kvr_lua_engine eng = {.index = m->index, .load = m->load, .block_size = m->block_size};
+    kvr_lua_vm_set_engine(t->policy_vm, &eng); /* kvr.overlap & co. answer for this model */
     int rc = kvr_lua_vm_select(t->policy_vm, &req, fc, n, &d);
+    kvr_lua_vm_set_engine(t->policy_vm, NULL);
     if (fc != local)
         free(fc);
     if (rc != KVR_OK || d.n_ranked == 0) {
