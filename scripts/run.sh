@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine: set up, build, then replay the bundled Mooncake
-# conversation trace through the KV index and print the benchmark figures.
+# The main job on a fresh Debian 12 machine: set up, build, then the demo — kvrouter in front of
+# four mock workers (prefix caches publishing vLLM-format KV events over ZMQ), fed by the bundled
+# Mooncake conversation trace through the OpenAI-compatible proxy, once with the default policy
+# and once with round_robin; prints the prefix hit ratio and each worker's share of requests.
+# Extra arguments go to tools/demo.py (e.g. --requests 6000 --policy kv_cost --policy random).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh release
-ops=build/data/conv_x4.ops.jsonl
-if [ ! -s "$ops" ]; then
-  mkdir -p build/data
-  echo "generating the op stream (Mooncake conversation trace, 16 workers, expand 4) ..."
-  /usr/bin/python3 tools/kvtrace.py gen --trace data/traces/mooncake_fast25_conversation_trace.jsonl.gz \
-    --workers 16 --capacity 16384 --expand 4 --block-size 16 --assign random > "$ops.tmp"
-  mv "$ops.tmp" "$ops"
-fi
-exec build/bin/kvr-bench index "$ops" --repeat 5 "$@"
+exec /usr/bin/python3 tools/demo.py --bin build/bin --requests 3000 "$@"

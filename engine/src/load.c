@@ -23,8 +23,14 @@ struct rank {
 };
 
 /* One active request; on the tracker's list in add order (for expiry scans). */
+/* Intrusive list link; first member of struct req (which ends in a flexible array, so the list
+ * sentinel is a bare link rather than a struct req). */
+struct link {
+    struct link *prev, *next;
+};
+
 struct req {
-    struct req *prev, *next;
+    struct link l;
     uint64_t id;
     uint64_t added_ms;
     uint64_t prefill;  /* prefill tokens still counted on the rank (0 once done) */
@@ -42,7 +48,7 @@ struct kvr_load {
     size_t n_ranks, cap_ranks;
     struct kvr_u64map rank_ix; /* rank key -> index (collisions fall back to a scan) */
     struct kvr_u64map reqs;    /* request id -> struct req * */
-    struct req head;           /* list sentinel */
+    struct link head;          /* list sentinel (oldest first) */
     uint64_t last_check_ms;
     struct kvr_load_stats st; /* counters (ranks/active/bytes filled on read) */
 };
@@ -157,8 +163,8 @@ static void req_drop(struct kvr_load *ld, struct req *q)
     }
     r->requests--;
     kvr_u64map_del(&ld->reqs, q->id);
-    q->prev->next = q->next;
-    q->next->prev = q->prev;
+    q->l.prev->next = q->l.next;
+    q->l.next->prev = q->l.prev;
     kvr_free(&ld->alloc, q);
 }
 
@@ -172,8 +178,9 @@ static size_t expire_locked(struct kvr_load *ld, uint64_t now_ms)
 {
     size_t n = 0;
     ld->last_check_ms = now_ms;
-    for (struct req *q = ld->head.next, *next; q != &ld->head; q = next) {
-        next = q->next;
+    for (struct link *it = ld->head.next, *next; it != &ld->head; it = next) {
+        struct req *q = (struct req *)it;
+        next = it->next;
         if (now_ms >= q->added_ms && now_ms - q->added_ms >= ld->cfg.expiry_ms) {
             notify(ld, KVR_LOAD_OP_EXPIRE, q, now_ms);
             req_drop(ld, q);
@@ -219,8 +226,9 @@ void kvr_load_free(kvr_load_t *ld)
 {
     if (ld == NULL)
         return;
-    for (struct req *q = ld->head.next, *next; q != &ld->head; q = next) {
-        next = q->next;
+    for (struct link *it = ld->head.next, *next; it != &ld->head; it = next) {
+        struct req *q = (struct req *)it;
+        next = it->next;
         kvr_free(&ld->alloc, q);
     }
     for (size_t i = 0; i < ld->n_ranks; i++)
@@ -291,10 +299,10 @@ int kvr_load_add(kvr_load_t *ld, const struct kvr_load_request *rq, uint64_t now
             KVR_ASSERT(kvr_u64map_put(&r->blocks, q->hashes[i], 1) == KVR_OK); /* reserved */
     }
     KVR_ASSERT(kvr_u64map_put(&ld->reqs, q->id, (uint64_t)(uintptr_t)q) == KVR_OK);
-    q->prev = ld->head.prev;
-    q->next = &ld->head;
-    ld->head.prev->next = q;
-    ld->head.prev = q;
+    q->l.prev = ld->head.prev;
+    q->l.next = &ld->head;
+    ld->head.prev->next = &q->l;
+    ld->head.prev = &q->l;
     r->prefill_tokens += q->prefill;
     r->requests++;
     ld->st.added++;
@@ -363,8 +371,9 @@ size_t kvr_load_remove_worker(kvr_load_t *ld, uint64_t worker_id)
 {
     size_t n = 0;
     pthread_mutex_lock(&ld->mu);
-    for (struct req *q = ld->head.next, *next; q != &ld->head; q = next) {
-        next = q->next;
+    for (struct link *it = ld->head.next, *next; it != &ld->head; it = next) {
+        struct req *q = (struct req *)it;
+        next = it->next;
         if (ld->ranks[q->rank].worker_id == worker_id) {
             req_drop(ld, q);
             n++;

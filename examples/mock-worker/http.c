@@ -799,6 +799,8 @@ static void on_metrics(struct evhttp_request *req, void *arg)
            "Subscription messages seen on the KV-event socket.", p->subscriptions);
     metric(b, "kvr_mock_replay_requests_total", "counter", "Replay requests served.",
            p->replay_requests);
+    metric(b, "kvr_mock_batches_dropped_total", "counter",
+           "Batches never published live (--drop-seq).", p->dropped);
     metric(b, "kvr_mock_streams_killed_total", "counter", "Streams cut by --die-after-chunks.",
            m->st.streams_killed);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",

@@ -40,7 +40,8 @@ static void usage(FILE *f)
             "  --fail-rate F          fraction of requests failed with --status-code (0)\n"
             "  --status-code N        status of injected failures (500)\n"
             "  --die-after-chunks N   close streaming connections after N chunks (off)\n"
-            "  --seed N               seed for --fail-rate draws (1)\n");
+            "  --seed N               seed for --fail-rate draws (1)\n"
+            "  --drop-seq N[,N...]    never publish these batches live (they stay replayable)\n");
 }
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
@@ -81,6 +82,7 @@ enum {
     O_STATUS,
     O_DIE,
     O_SEED,
+    O_DROP_SEQ,
     O_HELP,
 };
 
@@ -112,6 +114,7 @@ static int parse_args(int argc, char **argv, struct mock_cfg *c)
         {"status-code", required_argument, NULL, O_STATUS},
         {"die-after-chunks", required_argument, NULL, O_DIE},
         {"seed", required_argument, NULL, O_SEED},
+        {"drop-seq", required_argument, NULL, O_DROP_SEQ},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -211,6 +214,18 @@ static int parse_args(int argc, char **argv, struct mock_cfg *c)
         case O_SEED:
             bad = parse_u64(optarg, UINT64_MAX, &c->seed);
             break;
+        case O_DROP_SEQ: {
+            /* comma-separated sequence numbers */
+            char buf[256];
+            snprintf(buf, sizeof(buf), "%s", optarg);
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL && !bad;
+                 tok = strtok_r(NULL, ",", &save)) {
+                bad = c->n_drop_seq == 16 || parse_u64(tok, UINT64_MAX, &v);
+                if (!bad)
+                    c->drop_seq[c->n_drop_seq++] = v;
+            }
+            break;
+        }
         case O_HELP:
             usage(stdout);
             exit(0);

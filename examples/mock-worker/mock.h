@@ -52,6 +52,8 @@ struct mock_cfg {
     int status_code;           /* --status-code (default 500) */
     uint32_t die_after_chunks; /* --die-after-chunks N: close streams after N chunks (0 = off) */
     uint64_t seed;             /* --seed for fail-rate draws */
+    uint64_t drop_seq[16];     /* --drop-seq: batches kept for replay but never published live */
+    uint32_t n_drop_seq;
 };
 
 /* ==== tokenizer.c ============================================================================ */
@@ -122,6 +124,9 @@ struct mock_pub {
     uint64_t subscriptions;
     uint64_t replay_requests;
     uint64_t replay_malformed;
+    uint64_t dropped; /* batches not published live (--drop-seq) */
+    const uint64_t *drop_seq;
+    uint32_t n_drop_seq;
 };
 
 struct kvr_emp_batch;

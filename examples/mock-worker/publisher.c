@@ -170,6 +170,8 @@ int mock_pub_open(struct mock_pub *p, struct event_base *base, const struct mock
     p->topic = cfg->topic;
     p->era = cfg->legacy ? KVR_EMP_ERA_A : KVR_EMP_ERA_B;
     p->two_frame = cfg->replay_two_frame;
+    p->drop_seq = cfg->drop_seq;
+    p->n_drop_seq = cfg->n_drop_seq;
     p->ring_cap = cfg->replay_buffer ? cfg->replay_buffer : 1;
     p->ring = calloc(p->ring_cap, sizeof(*p->ring));
     p->ctx = zmq_ctx_new();
@@ -241,7 +243,13 @@ int mock_pub_send(struct mock_pub *p, const struct kvr_emp_batch *b, uint32_t n_
     be64(s, seq);
     const void *d[3] = {p->topic, s, keep};
     size_t l[3] = {strlen(p->topic), 8, len};
-    send_parts(p->pub, d, l, 3); /* a PUB never blocks: at the HWM it drops, like the engine */
+    int drop = 0;
+    for (uint32_t i = 0; i < p->n_drop_seq; i++)
+        drop |= p->drop_seq[i] == seq;
+    if (drop)
+        p->dropped++; /* a lost batch: only the replay socket will have it */
+    else
+        send_parts(p->pub, d, l, 3); /* a PUB never blocks: at the HWM it drops, like the engine */
 
     struct mock_ring_entry *e;
     if (p->ring_len < p->ring_cap) {

@@ -28,13 +28,22 @@ static int expired(kvr_ffi_vm_t *vm, const char **err)
     return 0;
 }
 
+/* The engine handles a call on this VM uses: the VM's current one (kvr_lua_vm_set_engine, e.g.
+ * the request's model) or the runtime's. Scratch states use the runtime's. */
+static const struct kvr_lua_engine *engine_of(const kvr_ffi_vm_t *vm)
+{
+    if (vm->vm != NULL && vm->vm->engine != NULL)
+        return vm->vm->engine;
+    return &vm->rt->cfg.engine;
+}
+
 int kvr_ffi_index_match(kvr_ffi_vm_t *vm, const uint64_t *locals, size_t n,
                         struct kvr_ffi_match *out, size_t cap, size_t *n_out, const char **err)
 {
     *n_out = 0;
     if (expired(vm, err))
         return KVR_ETIMEDOUT;
-    kvr_index_t *idx = vm->rt->cfg.engine.index;
+    kvr_index_t *idx = engine_of(vm)->index;
     if (idx == NULL) {
         *err = "no index bound";
         return KVR_ENOTFOUND;
@@ -56,7 +65,7 @@ int kvr_ffi_index_match_tokens(kvr_ffi_vm_t *vm, const uint32_t *tokens, size_t 
     if (expired(vm, err))
         return KVR_ETIMEDOUT;
     if (block_size == 0)
-        block_size = vm->rt->cfg.engine.block_size;
+        block_size = engine_of(vm)->block_size;
     size_t blocks = kvr_hash_block_count(n, block_size, 0);
     if (blocks > TOKEN_STACK_BLOCKS) {
         blocks = TOKEN_STACK_BLOCKS; /* a prefix of 1024 blocks is plenty for routing */
@@ -78,7 +87,7 @@ int kvr_ffi_lanes_match(kvr_ffi_vm_t *vm, const uint64_t *locals, size_t n,
     *n_out = 0;
     if (expired(vm, err))
         return KVR_ETIMEDOUT;
-    const struct kvr_lua_engine *e = &vm->rt->cfg.engine;
+    const struct kvr_lua_engine *e = engine_of(vm);
     if (e->lanes == NULL && (e->index == NULL || kvr_index_ckf(e->index) == NULL)) {
         *err = "no lane index (CKF) bound";
         return KVR_ENOTFOUND;
@@ -98,7 +107,7 @@ int kvr_ffi_index_stats(kvr_ffi_vm_t *vm, struct kvr_ffi_index_stats *out, const
 {
     if (expired(vm, err))
         return KVR_ETIMEDOUT;
-    kvr_index_t *idx = vm->rt->cfg.engine.index;
+    kvr_index_t *idx = engine_of(vm)->index;
     if (idx == NULL) {
         *err = "no index bound";
         return KVR_ENOTFOUND;
@@ -122,7 +131,7 @@ int kvr_ffi_load_get(kvr_ffi_vm_t *vm, uint64_t worker_id, uint32_t dp_rank,
 {
     if (expired(vm, err))
         return KVR_ETIMEDOUT;
-    kvr_load_t *ld = vm->rt->cfg.engine.load;
+    kvr_load_t *ld = engine_of(vm)->load;
     if (ld == NULL) {
         *err = "no load tracker bound";
         return KVR_ENOTFOUND;

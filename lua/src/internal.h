@@ -174,6 +174,7 @@ struct kvr_lua_vm {
     char build_err[256];     /* last build failure (under rt->mu) */
     struct kvr_lua_vm_config vcfg;
     struct kvr_fallback_rng rng;
+    const struct kvr_lua_engine *engine; /* per-call engine (kvr_lua_vm_set_engine) or NULL */
     struct vm_pcounters pc[KVR_LUA_MAX_POLICIES];
     atomic_ullong user[KVR_LUA_MAX_COUNTERS];
     uint64_t last_log_ns[KVR_LUA_MAX_POLICIES];

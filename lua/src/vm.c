@@ -357,6 +357,24 @@ int kvr_lua_vm_on_response(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     return status;
 }
 
+void kvr_lua_vm_set_engine(kvr_lua_vm_t *vm, const struct kvr_lua_engine *engine)
+{
+    if (vm != NULL)
+        vm->engine = engine;
+}
+
+unsigned kvr_lua_vm_event_hooks(kvr_lua_vm_t *vm)
+{
+    if (vm == NULL || vm->st == NULL)
+        return 0;
+    unsigned bits = 0;
+    struct lstate *s = vm->st;
+    for (size_t slot = 0; slot < s->n_slots && slot < vm->set->n; slot++)
+        bits |= s->hooks[slot];
+    return bits &
+           ((1u << KVR_EVENT_STORED) | (1u << KVR_EVENT_REMOVED) | (1u << KVR_EVENT_CLEARED));
+}
+
 int kvr_lua_vm_on_event(kvr_lua_vm_t *vm, const struct kvr_event *ev)
 {
     if (vm == NULL || ev == NULL || ev->kind < KVR_EVENT_STORED || ev->kind > KVR_EVENT_CLEARED)

@@ -235,11 +235,15 @@ void srv_api_admin(struct srv_hreq *h)
     }
     if (pname != NULL)
         srv_query_param(h, pname, j->param, sizeof(j->param));
-    if (run == run_policy && j->param[0] &&
-        srv_models_find_spec(&h->t->srv->models, j->param, strlen(j->param)) == NULL) {
-        srv_reply_error(h, 404, "no model '%s'", j->param);
-        srv_job_free(j);
-        return;
+    if (run == run_policy && j->param[0]) {
+        struct srv_model *m = srv_models_find_spec(&h->t->srv->models, j->param, strlen(j->param));
+        if (m == NULL) {
+            srv_reply_error(h, 404, "no model '%s'", j->param);
+            srv_job_free(j);
+            return;
+        }
+        /* Bind by the model's key ("name:tenant"): what requests carry as req.model. */
+        snprintf(j->param, sizeof(j->param), "%s", m->key);
     }
     j->run = run;
     srv_job_submit(h, j);

@@ -83,6 +83,8 @@ void srv_api_events(struct srv_hreq *h)
         goto out;
     }
     size_t failed_apply = l.n ? kvr_index_apply_batch(m->index, l.ev, l.n, results) : 0;
+    if (l.n && m->on_events != NULL)
+        m->on_events(m->on_events_ctx, m, l.ev, l.n);
     size_t nrej = 0;
     for (size_t k = 0; k < rep.n_errors; k++)
         rej[nrej++] = (struct rejected){errs[k].index, errs[k].code, errs[k].msg};

@@ -109,7 +109,8 @@ static const struct opt opts[] = {
 /* Options outside the table. */
 enum { O_HELP = 1000, O_VERSION, O_CONFIG, O_MODEL, O_WORKER, O_CHECK, O_TABLE };
 
-static void errf(char *err, size_t err_len, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void errf(char *err, size_t err_len, const char *fmt,
+                                                       ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -423,6 +424,7 @@ static void model_cfg_free(struct srv_model_cfg *m)
     free(m->name);
     free(m->tenant);
     free(m->policy);
+    free(m->kv_topic);
 }
 
 static void worker_cfg_free(struct srv_worker_cfg *w)
@@ -560,6 +562,12 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
         }
         return set_str(&m->policy, v) == 0 ? 0 : (errf(err, err_len, "%s: out of memory", who), -1);
     }
+    if (strcmp(key, "topic") == 0) {
+        /* An empty topic means every message (the engines' default topic is ""). */
+        return set_str(&m->kv_topic, v ? v : "") == 0
+                   ? 0
+                   : (errf(err, err_len, "%s: out of memory", who), -1);
+    }
     if (strcmp(key, "ttl") == 0 || strcmp(key, "approx.ttl") == 0) {
         if (srv_parse_duration_ms(v, &u) != 0 || u == 0) {
             errf(err, err_len, "%s.ttl: expected a positive duration, got '%s'", who, v ? v : "");
@@ -605,7 +613,7 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
     }
     errf(err, err_len,
          "%s: unknown key '%s' (known: name, tenant, block_size, kind, index, tokenizer, "
-         "byte_chunk, policy, ttl, max_blocks, prune_ratio, overlap_weight, temperature)",
+         "byte_chunk, policy, topic, ttl, max_blocks, prune_ratio, overlap_weight, temperature)",
          who, key);
     return -1;
 bad_name:
@@ -1293,7 +1301,8 @@ void srv_config_usage(FILE *out)
             "                         NAME[:TENANT][,block_size=N][,kind=events|approx]\n"
             "                         [,index=radix|ckf|both]\n"
             "                         [,tokenizer=auto|worker|bytes|none][,policy=FILE|NAME]\n"
-            "                         [,byte_chunk=N][,ttl=DUR][,max_blocks=N][,prune_ratio=R]\n"
+            "                         "
+            "[,byte_chunk=N][,topic=T][,ttl=DUR][,max_blocks=N][,prune_ratio=R]\n"
             "                         [,overlap_weight=W][,temperature=T]\n"
             "                         (default: one model 'default' with --block-size)\n"
             "  --worker SPEC          add a worker (repeatable; Lua: workers = {...}):\n"

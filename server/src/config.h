@@ -65,6 +65,7 @@ struct srv_model_cfg {
     int tokenizer;              /* enum srv_tokenizer */
     uint32_t byte_chunk;        /* bytes tokenizer: bytes per pseudo-token (1..4; default 4) */
     char *policy;               /* policy name or file for this model (owned), or NULL = default */
+    char *kv_topic;             /* ZMQ topic prefix filter of its workers' events (owned) or NULL */
     uint64_t approx_ttl_ms;     /* approx: block TTL (120 s) */
     uint64_t approx_max_blocks; /* approx: prune above this many (2^20) */
     double approx_prune_ratio;  /* approx: prune down to max * ratio (0.8) */

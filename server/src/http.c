@@ -161,7 +161,8 @@ void srv_reply_out(struct srv_hreq *h, int status, int jw_err)
     kvr_buf_reset(o);
 }
 
-static void vreply_error(struct srv_hreq *h, int status, const char *fmt, va_list ap)
+__attribute__((format(printf, 3, 0))) static void vreply_error(struct srv_hreq *h, int status,
+                                                               const char *fmt, va_list ap)
 {
     char msg[1024];
     vsnprintf(msg, sizeof(msg), fmt, ap);

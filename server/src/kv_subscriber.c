@@ -680,9 +680,9 @@ static void on_dealer_readable(struct kvr_kvsub *s, struct source *src)
             finish_replay(s, src, 0);
             continue;
         }
-        int topic_ok =
-            topic == NULL || (zmq_msg_size(topic) >= src->topic_len &&
-                              memcmp(zmq_msg_data(topic), src->topic, src->topic_len) == 0);
+        int topic_ok = topic == NULL || src->topic_len == 0 ||
+                       (zmq_msg_size(topic) >= src->topic_len &&
+                        memcmp(zmq_msg_data(topic), src->topic, src->topic_len) == 0);
         if (topic_ok &&
             process(s, src, seq, zmq_msg_data(payload), zmq_msg_size(payload), REPLAY) == APPLIED)
             src->st.replayed_batches++;

@@ -39,9 +39,11 @@ int srv_log_level_parse(const char *s);
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-void srv_logf(struct srv_logger *lg, int level, const char *who, const char *fmt, ...);
+__attribute__((format(printf, 4, 5))) void
+srv_logf(struct srv_logger *lg, int level, const char *who, const char *fmt, ...);
 
-void srv_vlogf(struct srv_logger *lg, int level, const char *who, const char *fmt, va_list ap);
+__attribute__((format(printf, 4, 0))) void srv_vlogf(struct srv_logger *lg, int level,
+                                                     const char *who, const char *fmt, va_list ap);
 
 /* Token-bucket style limiter for repeated messages: returns 1 at most once per period_ms
  * (per limiter), and counts the suppressed calls in *suppressed (reset when it returns 1).

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "jsonw.h"
 #include "kvr/err.h"
+#include "kvr/event_msgpack.h"
 #include "kvr/kv_subscriber.h"
 #include "policy.h"
 #include "prom.h"
@@ -153,6 +154,71 @@ static void source_family(struct srv_prom *p, struct srv *s, const char *name, c
     struct sctx c = {p, name, field};
     srv_prom_header(p, name, "counter", help);
     srv_workers_foreach(&s->workers, source_sample, &c);
+}
+
+/* Per-source families with an extra label: events by kind, decode errors by kind, dialects seen,
+ * the last sequence number. One pass per family over the sources (scrapes are rare). */
+enum source_extra { SX_EVENTS, SX_DECODE_ERRORS, SX_DIALECTS, SX_LAST_SEQ };
+
+struct sxctx {
+    struct srv_prom *p;
+    const char *name;
+    enum source_extra what;
+};
+
+static void source_extra_sample(void *ctx, struct srv_worker *w)
+{
+    static const char *const kinds[4] = {"other", "stored", "removed", "cleared"};
+    static const char *const dialects[3] = {"A", "B", "C"};
+    struct sxctx *c = ctx;
+    struct srv_model *m = w->model;
+    for (size_t k = 0; k < w->n_ranks; k++) {
+        if (!w->ranks[k].subscribed || m->sub == NULL)
+            continue;
+        struct kvr_kvsub_stats st;
+        if (kvr_kvsub_stats(m->sub, w->ranks[k].sub_id, &st) != KVR_OK)
+            continue;
+        char id[24], rank[16];
+        snprintf(id, sizeof(id), "%llu", (unsigned long long)w->id);
+        snprintf(rank, sizeof(rank), "%u", w->ranks[k].rank);
+        struct srv_prom_label l[4] = {
+            {"model", m->key}, {"worker_id", id}, {"dp_rank", rank}, {NULL, NULL}};
+        switch (c->what) {
+        case SX_EVENTS:
+            for (int e = 1; e < 4; e++) {
+                l[3].name = "kind";
+                l[3].value = kinds[e];
+                srv_prom_u64(c->p, c->name, l, 4, st.events[e]);
+            }
+            break;
+        case SX_DECODE_ERRORS:
+            for (int e = 1; e < KVR_EMP_E_COUNT_; e++) {
+                l[3].name = "kind";
+                l[3].value = kvr_emp_error_name(e);
+                srv_prom_u64(c->p, c->name, l, 4, st.dec.errors[e]);
+            }
+            break;
+        case SX_DIALECTS:
+            for (int d = 0; d < 3; d++) {
+                l[3].name = "dialect";
+                l[3].value = dialects[d];
+                srv_prom_u64(c->p, c->name, l, 4, (st.dialects >> d) & 1u);
+            }
+            break;
+        case SX_LAST_SEQ:
+            if (st.has_seq)
+                srv_prom_u64(c->p, c->name, l, 3, st.last_seq);
+            break;
+        }
+    }
+}
+
+static void source_extra_family(struct srv_prom *p, struct srv *s, const char *name,
+                                const char *type, const char *help, enum source_extra what)
+{
+    struct sxctx c = {p, name, what};
+    srv_prom_header(p, name, type, help);
+    srv_workers_foreach(&s->workers, source_extra_sample, &c);
 }
 
 /* ==== per-model families ====================================================================== */
@@ -479,6 +545,22 @@ void srv_api_metrics(struct srv_hreq *h)
     source_family(&p, s, "kvrouter_kv_source_restarts_total",
                   "Publisher restarts (sequence went backwards; the rank was cleared).",
                   offsetof(struct kvr_kvsub_stats, restarts));
+    source_family(&p, s, "kvrouter_kv_source_replay_requests_total",
+                  "Replay requests sent to the worker's replay socket after a gap.",
+                  offsetof(struct kvr_kvsub_stats, replay_requests));
+    source_family(&p, s, "kvrouter_kv_source_replayed_batches_total",
+                  "Batches recovered from replay replies.",
+                  offsetof(struct kvr_kvsub_stats, replayed_batches));
+    source_extra_family(&p, s, "kvrouter_kv_source_events_total", "counter",
+                        "Index events delivered by a ZMQ source, by kind.", SX_EVENTS);
+    source_extra_family(&p, s, "kvrouter_kv_source_decode_errors_by_kind_total", "counter",
+                        "Batches the msgpack decoder rejected, by error kind.", SX_DECODE_ERRORS);
+    source_extra_family(&p, s, "kvrouter_kv_source_dialect_seen", "gauge",
+                        "1 once the source has sent a batch in this msgpack dialect "
+                        "(A positional, B map events, C map batch).",
+                        SX_DIALECTS);
+    source_extra_family(&p, s, "kvrouter_kv_source_last_seq", "gauge",
+                        "Last sequence number received from the source.", SX_LAST_SEQ);
 
     pthread_mutex_lock(&s->snap.mu);
     uint64_t sn_count = s->snap.count, sn_fail = s->snap.failures;

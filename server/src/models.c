@@ -29,6 +29,7 @@ static void model_free(struct srv_model *m)
     kvr_load_free(m->load);
     kvr_index_free(m->index);
     free(m->policy);
+    free(m->kv_topic);
     pthread_mutex_destroy(&m->sub_mu);
     free(m);
 }
@@ -123,10 +124,14 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
     m->overlap_weight = mc->overlap_weight;
     m->temperature = mc->temperature;
     m->log = ms->log;
+    m->on_events = ms->on_events;
+    m->on_events_ctx = ms->on_events_ctx;
     m->created_unix = (uint64_t)time(NULL);
     atomic_init(&m->req_seq, 0);
     int rc = KVR_ENOMEM;
     if (mc->policy != NULL && (m->policy = strdup(mc->policy)) == NULL)
+        goto fail;
+    if (mc->kv_topic != NULL && (m->kv_topic = strdup(mc->kv_topic)) == NULL)
         goto fail;
     struct kvr_index_config ic = {.kind = m->index_kind};
     if ((rc = kvr_index_new(&ic, &m->index)) != KVR_OK)
@@ -215,6 +220,8 @@ static int sink(void *ctx, const struct kvr_event *ev, size_t n)
 {
     struct srv_model *m = ctx;
     kvr_index_apply_batch(m->index, ev, n, NULL); /* errors are counted by the index */
+    if (m->on_events != NULL)
+        m->on_events(m->on_events_ctx, m, ev, n);
     atomic_fetch_add_explicit(&m->sink_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->sink_events, n, memory_order_relaxed);
     return 0;
@@ -259,6 +266,8 @@ int srv_model_subscribe(struct srv_models *ms, struct srv_model *m, uint64_t wor
                                               .block_size = m->block_size,
                                               .endpoint = endpoint,
                                               .replay_endpoint = replay,
+                                              .topic = m->kv_topic,
+                                              .topic_len = m->kv_topic ? strlen(m->kv_topic) : 0,
                                               .clear_on_loss = 1};
         rc = kvr_kvsub_add(m->sub, &src, sub_id);
         if (rc == KVR_EEXIST)

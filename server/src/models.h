@@ -36,6 +36,11 @@ struct kvr_kvsub;
 
 #define SRV_REQ_ID_SHIFT 44
 
+/* Called with every batch of KV events a model applied (from the subscriber thread or an HTTP
+ * thread); events are borrowed for the call. Used to feed the policies' KV-event hooks. */
+struct srv_model;
+typedef void (*srv_events_fn)(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n);
+
 struct srv_model {
     uint32_t slot;       /* index in the registry */
     uint32_t block_size; /* tokens per block */
@@ -47,7 +52,10 @@ struct srv_model {
     int tokenizer;       /* enum srv_tokenizer (resolved: never AUTO) */
     uint32_t byte_chunk; /* bytes tokenizer: bytes per pseudo-token */
     uint32_t pad_;
-    char *policy;          /* policy name/file (owned) or NULL = server default */
+    char *policy;            /* policy name/file (owned) or NULL = server default */
+    char *kv_topic;          /* ZMQ topic prefix of its workers' KV events (owned) or NULL = all */
+    srv_events_fn on_events; /* from srv_models */
+    void *on_events_ctx;
     double overlap_weight; /* built-in policy */
     double temperature;
     kvr_index_t *index;               /* owned */
@@ -65,6 +73,8 @@ struct srv_model {
 };
 
 struct srv_models {
+    srv_events_fn on_events; /* set before any model is created, or NULL */
+    void *on_events_ctx;
     pthread_mutex_t mu;                  /* serialises creation */
     struct srv_model *v[SRV_MAX_MODELS]; /* published slots */
     _Atomic size_t n;                    /* slots published (release/acquire) */

@@ -40,6 +40,12 @@ struct srv_policy_rt {
     kvr_lua_runtime_t *lua;
     struct pfile files[MAX_FILES];
     size_t n_files;
+    /* KV-event hooks: the threads whose VMs may receive events (registered on their thread) */
+    pthread_mutex_t th_mu;
+    struct srv_thread *th[SRV_MAX_THREADS]; /* under th_mu */
+    _Atomic unsigned any_hooks;             /* OR of the registered threads' kv_hooks */
+    _Atomic uint64_t hook_batches;          /* event batches delivered to a thread */
+    _Atomic uint64_t hook_dropped;          /* batches dropped: that thread was too far behind */
 #endif
 };
 
@@ -100,6 +106,14 @@ void srv_policy_thread_poll(struct srv_thread *t)
 void srv_policy_thread_free(struct srv_thread *t)
 {
     t->policy_vm = NULL;
+}
+
+void srv_policy_events(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n)
+{
+    (void)ctx;
+    (void)m;
+    (void)ev;
+    (void)n;
 }
 
 #endif
@@ -420,6 +434,10 @@ int srv_policy_rt_new(struct srv *s, struct srv_policy_rt **out, char *err, size
     if (rt == NULL)
         return KVR_ENOMEM;
     rt->s = s;
+    if (pthread_mutex_init(&rt->th_mu, NULL) != 0) {
+        free(rt);
+        return KVR_ENOMEM;
+    }
     struct kvr_lua_config lc;
     kvr_lua_config_init(&lc);
     lc.budget_ns = cfg->policy_budget_ms * 1000000u;
@@ -438,6 +456,7 @@ int srv_policy_rt_new(struct srv *s, struct srv_policy_rt **out, char *err, size
     int rc = kvr_lua_runtime_new(&lc, &rt->lua);
     if (rc != KVR_OK) {
         snprintf(err, err_len, "cannot start the Lua policy runtime: %s", kvr_strerror(rc));
+        pthread_mutex_destroy(&rt->th_mu);
         free(rt);
         return rc;
     }
@@ -481,15 +500,137 @@ void srv_policy_rt_free(struct srv_policy_rt *rt)
     if (rt == NULL)
         return;
     kvr_lua_runtime_free(rt->lua);
+    pthread_mutex_destroy(&rt->th_mu);
     free(rt);
+}
+
+/* ==== KV-event hooks (on_stored / on_removed / on_cleared) ==================================
+ *
+ * Events are applied on the subscriber thread (ZMQ) or an HTTP thread (/v1/events); policies
+ * live in one VM per HTTP thread. A batch is copied once into a refcounted list and posted to
+ * every thread whose VM defines a matching hook (its kv_hooks bits, refreshed whenever the VM
+ * swaps to a new generation); nothing is copied when no policy has a hook. A thread with more
+ * than KV_HOOK_MAX_PENDING batches queued gets no more until it catches up (counted as
+ * dropped): hooks serve policies that keep their own state, best effort, never at the cost of
+ * routing. */
+
+#define KV_HOOK_MAX_PENDING 256u
+
+struct evbatch {
+    _Atomic uint32_t refs;
+    struct srv_model *m; /* models live as long as the server */
+    struct kvr_event_list l;
+};
+
+static void evbatch_unref(struct evbatch *b)
+{
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
+        kvr_event_list_free(&b->l);
+        free(b);
+    }
+}
+
+/* Recomputes any_hooks; th_mu held. */
+static void hooks_refresh_locked(struct srv_policy_rt *rt)
+{
+    unsigned any = 0;
+    for (size_t k = 0; k < SRV_MAX_THREADS; k++)
+        if (rt->th[k] != NULL)
+            any |= atomic_load_explicit(&rt->th[k]->kv_hooks, memory_order_relaxed);
+    atomic_store_explicit(&rt->any_hooks, any, memory_order_release);
+}
+
+/* On the thread: its VM may have swapped policies; publish its hook bits. */
+static void hooks_update(struct srv_thread *t)
+{
+    struct srv_policy_rt *rt = t->srv->policy;
+    unsigned bits = t->policy_vm != NULL ? kvr_lua_vm_event_hooks(t->policy_vm) : 0;
+    if (bits == atomic_load_explicit(&t->kv_hooks, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&rt->th_mu);
+    atomic_store_explicit(&t->kv_hooks, bits, memory_order_relaxed);
+    hooks_refresh_locked(rt);
+    pthread_mutex_unlock(&rt->th_mu);
+}
+
+static void events_msg(void *ctx, void *arg)
+{
+    struct srv_thread *t = ctx;
+    struct evbatch *b = arg;
+    atomic_fetch_sub_explicit(&t->kv_pending, 1, memory_order_relaxed);
+    if (!srv_mq_closing(&t->mq) && t->policy_vm != NULL) {
+        struct kvr_lua_engine eng = {
+            .index = b->m->index, .load = b->m->load, .block_size = b->m->block_size};
+        kvr_lua_vm_set_engine(t->policy_vm, &eng);
+        for (size_t i = 0; i < b->l.n; i++)
+            (void)kvr_lua_vm_on_event(t->policy_vm, &b->l.ev[i]); /* failures are counted */
+        kvr_lua_vm_set_engine(t->policy_vm, NULL);
+        hooks_update(t);
+    }
+    evbatch_unref(b);
+}
+
+void srv_policy_events(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n)
+{
+    struct srv *s = ctx;
+    struct srv_policy_rt *rt = s->policy;
+    if (rt == NULL || n == 0 || atomic_load_explicit(&rt->any_hooks, memory_order_acquire) == 0)
+        return;
+    unsigned kinds = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].kind >= KVR_EVENT_STORED && ev[i].kind <= KVR_EVENT_CLEARED)
+            kinds |= 1u << ev[i].kind;
+    struct evbatch *b = NULL;
+    pthread_mutex_lock(&rt->th_mu);
+    for (size_t k = 0; k < SRV_MAX_THREADS; k++) {
+        struct srv_thread *t = rt->th[k];
+        if (t == NULL || !(atomic_load_explicit(&t->kv_hooks, memory_order_relaxed) & kinds))
+            continue;
+        if (atomic_load_explicit(&t->kv_pending, memory_order_relaxed) >= KV_HOOK_MAX_PENDING) {
+            atomic_fetch_add_explicit(&rt->hook_dropped, 1, memory_order_relaxed);
+            continue;
+        }
+        if (b == NULL) {
+            b = calloc(1, sizeof(*b));
+            if (b == NULL)
+                break;
+            kvr_event_list_init(&b->l);
+            b->m = m;
+            atomic_init(&b->refs, 1); /* ours, dropped below */
+            for (size_t i = 0; i < n; i++) {
+                if (kvr_event_list_push(&b->l, &ev[i]) != KVR_OK) {
+                    kvr_event_list_free(&b->l);
+                    free(b);
+                    b = NULL;
+                    break;
+                }
+            }
+            if (b == NULL)
+                break;
+        }
+        atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->kv_pending, 1, memory_order_relaxed);
+        if (srv_mq_post(&t->mq, events_msg, b) != KVR_OK) {
+            atomic_fetch_sub_explicit(&t->kv_pending, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&b->refs, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&rt->hook_dropped, 1, memory_order_relaxed);
+            continue;
+        }
+        atomic_fetch_add_explicit(&rt->hook_batches, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&rt->th_mu);
+    if (b != NULL)
+        evbatch_unref(b);
 }
 
 static void poll_msg(void *ctx, void *arg)
 {
     struct srv_thread *t = ctx;
     (void)arg;
-    if (!srv_mq_closing(&t->mq) && t->policy_vm != NULL)
+    if (!srv_mq_closing(&t->mq) && t->policy_vm != NULL) {
         kvr_lua_vm_poll(t->policy_vm);
+        hooks_update(t);
+    }
 }
 
 static void wake(void *ctx)
@@ -510,16 +651,31 @@ void srv_policy_thread_init(struct srv_thread *t)
         vm = NULL;
     }
     t->policy_vm = vm;
+    struct srv_policy_rt *rt = t->srv->policy;
+    pthread_mutex_lock(&rt->th_mu);
+    if (t->idx < SRV_MAX_THREADS)
+        rt->th[t->idx] = t;
+    pthread_mutex_unlock(&rt->th_mu);
+    hooks_update(t);
 }
 
 void srv_policy_thread_poll(struct srv_thread *t)
 {
-    if (t->policy_vm != NULL)
+    if (t->policy_vm != NULL) {
         kvr_lua_vm_poll(t->policy_vm);
+        hooks_update(t);
+    }
 }
 
 void srv_policy_thread_free(struct srv_thread *t)
 {
+    struct srv_policy_rt *rt = t->srv->policy;
+    pthread_mutex_lock(&rt->th_mu);
+    if (t->idx < SRV_MAX_THREADS && rt->th[t->idx] == t)
+        rt->th[t->idx] = NULL;
+    atomic_store_explicit(&t->kv_hooks, 0, memory_order_relaxed);
+    hooks_refresh_locked(rt);
+    pthread_mutex_unlock(&rt->th_mu);
     if (t->policy_vm != NULL)
         kvr_lua_vm_free(t->policy_vm);
     t->policy_vm = NULL;
@@ -601,7 +757,10 @@ void srv_policy_on_response(struct srv_thread *t, struct srv_model *m,
     o.latency_ms = out->latency_ms;
     o.error = out->error;
     o.error_len = out->error ? (uint32_t)strlen(out->error) : 0;
+    struct kvr_lua_engine eng = {.index = m->index, .load = m->load, .block_size = m->block_size};
+    kvr_lua_vm_set_engine(t->policy_vm, &eng); /* kvr.overlap & co. answer for this model */
     kvr_lua_vm_on_response(t->policy_vm, &req, &fc, &o); /* failures are counted and logged */
+    kvr_lua_vm_set_engine(t->policy_vm, NULL);
 }
 
 int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct srv_policy_req *rq,
@@ -639,7 +798,10 @@ int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct sr
     memset(&d, 0, sizeof(d));
     d.ranked = out->ranked;
     d.cap = out->cap;
+    struct kvr_lua_engine eng = {.index = m->index, .load = m->load, .block_size = m->block_size};
+    kvr_lua_vm_set_engine(t->policy_vm, &eng); /* kvr.overlap & co. answer for this model */
     int rc = kvr_lua_vm_select(t->policy_vm, &req, fc, n, &d);
+    kvr_lua_vm_set_engine(t->policy_vm, NULL);
     if (fc != local)
         free(fc);
     if (rc != KVR_OK || d.n_ranked == 0) {
@@ -824,6 +986,15 @@ void srv_policy_metrics(struct srv_policy_rt *rt, struct srv_prom *p)
     srv_prom_header(p, "kvrouter_policy_generation", "gauge",
                     "Generation of the installed policy set.");
     srv_prom_u64(p, "kvrouter_policy_generation", NULL, 0, kvr_lua_runtime_generation(rt->lua));
+    srv_prom_header(p, "kvrouter_policy_kv_hook_batches_total", "counter",
+                    "KV-event batches delivered to a thread's policies' on_stored/on_removed/"
+                    "on_cleared hooks.");
+    srv_prom_u64(p, "kvrouter_policy_kv_hook_batches_total", NULL, 0,
+                 atomic_load(&rt->hook_batches));
+    srv_prom_header(p, "kvrouter_policy_kv_hook_dropped_total", "counter",
+                    "KV-event batches not delivered to a thread's hooks (it was too far behind).");
+    srv_prom_u64(p, "kvrouter_policy_kv_hook_dropped_total", NULL, 0,
+                 atomic_load(&rt->hook_dropped));
     srv_prom_header(p, "kvrouter_policy_installs_refused_total", "counter",
                     "Policy installs refused over the admin API (syntax, runtime, validation).");
     srv_prom_u64(p, "kvrouter_policy_installs_refused_total", NULL, 0,

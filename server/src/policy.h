@@ -100,6 +100,12 @@ void srv_policy_thread_init(struct srv_thread *t);
 void srv_policy_thread_poll(struct srv_thread *t);
 void srv_policy_thread_free(struct srv_thread *t);
 
+/* Feeds a batch of applied KV events (borrowed) to the policies' KV-event hooks on every HTTP
+ * thread whose policies define one (srv_events_fn; ctx = struct srv *). Any thread. */
+struct kvr_event;
+struct srv_model;
+void srv_policy_events(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n);
+
 /* Chooses among n >= 1 candidates. Always decides (KVR_OK) unless arguments are invalid. */
 int srv_policy_select(struct srv_thread *t, struct srv_model *m, const struct srv_policy_req *rq,
                       struct srv_policy_cand *c, size_t n, struct srv_policy_out *out);

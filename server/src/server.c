@@ -80,6 +80,8 @@ int srv_new(const struct srv_config *cfg, struct srv_logger *log, struct srv **o
     atomic_init(&s->draining, 0);
     pthread_mutex_init(&s->snap.mu, NULL);
     int rc = srv_models_init(&s->models, log);
+    s->models.on_events = srv_policy_events; /* policies' KV-event hooks */
+    s->models.on_events_ctx = s;
     struct srv_breaker_cfg brk = {.failures = cfg->breaker_failures,
                                   .successes = cfg->breaker_successes,
                                   .probes = 1,

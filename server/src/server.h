@@ -153,7 +153,9 @@ struct srv_thread {
 
     uint64_t rng; /* xorshift state (jitter) */
     struct srv_ratelimit rl_warn;
-    void *policy_vm; /* per-thread policy state (policy.c) */
+    void *policy_vm;             /* per-thread policy state (policy.c) */
+    _Atomic unsigned kv_hooks;   /* KV-event hooks its policies define (1 << kind bits) */
+    _Atomic uint32_t kv_pending; /* event batches queued to it for those hooks */
 };
 
 /* ==== snapshot status ========================================================================= */
@@ -221,12 +223,14 @@ void srv_reply_out(struct srv_hreq *h, int status, int jw_err);
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-void srv_reply_error(struct srv_hreq *h, int status, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) void
+srv_reply_error(struct srv_hreq *h, int status, const char *fmt, ...);
 /* Same, status from a kvr_err code. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-void srv_reply_kvr(struct srv_hreq *h, int kvr_err, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) void
+srv_reply_kvr(struct srv_hreq *h, int kvr_err, const char *fmt, ...);
 /* Adds a response header (before the reply). */
 void srv_reply_header(struct srv_hreq *h, const char *name, const char *value);
 

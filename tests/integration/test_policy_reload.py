@@ -175,6 +175,65 @@ end }"""))
         self.assertEqual((m("ok"), m("failed")), (3, 3))
         self.assertEqual(m("timed"), 3)
 
+    def test_kv_event_hooks_see_every_event(self):
+        # A policy that keeps its own state from KV events: every thread's VM gets each batch
+        # applied over HTTP (/v1/events), whatever thread applied it.
+        r = self.router("--threads", "2")
+        r.json("POST", "/admin/policy", PICK_FIRST.replace("return best\nend }", """return best
+end, on_stored = function(ev) kvr.count("stored_blocks", ev.n) kvr.count("stored_w" .. ev.id .. "_" .. ev.dp_rank) end,
+on_removed = function(ev) kvr.count("removed_hashes", #ev.block_hashes) end,
+on_cleared = function(ev) kvr.count("cleared") end }"""))
+        events = [
+            {"worker_id": 1, "event": {"event_id": 0, "data": {"stored": {"parent_hash": None,
+             "blocks": [{"block_hash": 11, "tokens_hash": 1}, {"block_hash": 12, "tokens_hash": 2}]}}}},
+            {"worker_id": 1, "event": {"event_id": 1, "data": {"removed": {"block_hashes": [12]}}}},
+            {"worker_id": 1, "event": {"event_id": 2, "data": "cleared"}},
+        ]
+        for _ in range(5):
+            self.assertEqual(r.json("POST", "/v1/events", events)["applied"], 3)
+        m = lambda n: r.metric("kvrouter_policy_user_counter_total", name=n)  # noqa: E731
+        # two threads, each told of all 5 x 3 events
+        kvrh.wait_until(lambda: m("cleared") == 10, what="hooks on both threads")
+        self.assertEqual(m("stored_blocks"), 20)
+        self.assertEqual(m("removed_hashes"), 10)
+        self.assertEqual(m("stored_w1_0"), 10)
+        self.assertEqual(r.metric("kvrouter_policy_kv_hook_batches_total"), 10)
+        self.assertEqual(r.metric("kvrouter_policy_kv_hook_dropped_total"), 0)
+        # A policy without hooks: nothing is copied or delivered any more.
+        r.json("POST", "/admin/policy", PICK_FIRST)
+        r.json("POST", "/v1/events", events)
+        time.sleep(0.2)
+        self.assertEqual(r.metric("kvrouter_policy_kv_hook_batches_total"), 10)
+
+    def test_engine_queries_answer_for_the_request_model(self):
+        # With two models, kvr.overlap_hashes / kvr.index_stats inside a policy answer from the
+        # index of the model being routed, not from a process-wide one.
+        r = self.router("--model", "m1", "--model", "m2")
+        for model in ("m1", "m2"):
+            r.json("POST", "/register", {"instance_id": 1, "url": "http://127.0.0.1:9",
+                                         "model_name": model}, expect=201)
+        ev = lambda n: [{"worker_id": 1, "event": {"event_id": 0, "data": {"stored": {  # noqa
+            "parent_hash": None, "blocks": [{"block_hash": 100 + i, "tokens_hash": 7 + i}
+                                            for i in range(n)]}}}}]
+        self.assertEqual(r.json("POST", "/v1/events?model=m1", ev(3))["applied"], 1)
+        self.assertEqual(r.json("POST", "/v1/events?model=m2", ev(5))["applied"], 1)
+        probe = """return { select = function(req, c)
+  local o = kvr.overlap_hashes({7, 8, 9, 10, 11}) or {}  -- nil in the install-time scratch state
+  local st = kvr.index_stats() or { blocks = 0 }
+  local tag = ({ ["m1:default"] = "m1", ["m2:default"] = "m2" })[req.model] or "other"
+  kvr.count(tag .. "_overlap", o["1:0"] or 0)
+  kvr.count(tag .. "_blocks", st.blocks)
+  return c[1]
+end }"""
+        for model in ("m1", "m2"):
+            r.json("POST", "/admin/policy?model=%s" % model, probe)
+            route = r.json("POST", "/v1/route", {"model": model, "block_hashes": [7, 8]})
+            self.assertEqual(route["worker_id"], 1)
+            self.assertEqual(route["policy"], model + ".default")  # its own binding decided
+        m = lambda n: r.metric("kvrouter_policy_user_counter_total", name=n)  # noqa: E731
+        self.assertEqual((m("m1_overlap"), m("m1_blocks")), (3, 3))
+        self.assertEqual((m("m2_overlap"), m("m2_blocks")), (5, 5))
+
     def test_policy_header_when_allowed(self):
         r = self.router("--allow-policy-header")
         r.json("POST", "/admin/policy", PICK_FIRST)

@@ -325,6 +325,18 @@ int kvr_lua_vm_on_response(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
  * on_cleared. Returns the worst kvr_lua_status (KVR_LUA_NOPOLICY when no policy has a hook). */
 int kvr_lua_vm_on_event(kvr_lua_vm_t *vm, const struct kvr_event *ev);
 
+/* Sets the engine handles (borrowed; must stay valid while set) that the VM's following calls
+ * use for kvr.overlap / kvr.lanes / kvr.index_stats / kvr.load: a server with several models
+ * sets the request's model's engine before kvr_lua_vm_select. NULL restores the runtime's
+ * (kvr_lua_config.engine). Operator-script admin hooks always come from the runtime. VM thread
+ * only. */
+void kvr_lua_vm_set_engine(kvr_lua_vm_t *vm, const struct kvr_lua_engine *engine);
+
+/* Which KV-event hooks the VM's current policies define: bit (1 << kind) for on_stored (kind
+ * KVR_EVENT_STORED), on_removed and on_cleared; 0 when none. Cheap (no Lua call); lets the server
+ * skip delivering events to threads whose policies ignore them. VM thread only. */
+unsigned kvr_lua_vm_event_hooks(kvr_lua_vm_t *vm);
+
 /* ==== helpers ================================================================================= */
 
 /* Fills, for each candidate (worker_id and dp_rank set by the caller): overlap (device tier,

@@ -63,8 +63,8 @@ START_TEST(refused_install_keeps_the_old_policy)
     static const char *broken[] = {
         "return { select = function(r, c) return c[1] end",
         "local x = nil; x.y = 1",
-        "return { select = function(r, c) return c[1] end, selftest = function() return false "
-        "end }",
+        ("return { select = function(r, c) return c[1] end, selftest = function() return false "
+         "end }"),
         "return { select = function(r, c) return 'c1' end }",
     };
     static const int want[] = {KVR_LUA_ERRSYNTAX, KVR_LUA_ERRRUN, KVR_LUA_ERRRUN, KVR_LUA_INVALID};
