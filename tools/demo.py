@@ -125,7 +125,8 @@ def start_workers(args):
         argv = [os.path.join(args.bin, "kvr-mock-worker"), "--port", "0",
                 "--block-size", str(args.block_size), "--cache-blocks", str(args.cache_blocks),
                 "--zmq", "tcp://127.0.0.1:*", "--replay", "tcp://127.0.0.1:*",
-                "--prefill-us", "0", "--decode-us", "0", "--seed", str(i + 1)]
+                "--prefill-us", str(args.prefill_us), "--decode-us", str(args.decode_us),
+                "--max-concurrent", str(args.worker_slots), "--seed", str(i + 1)]
         w = Proc(argv, "ready", "worker %d" % (i + 1))
         w.http = int(w.find(r"http://127\.0\.0\.1:(\d+)"))
         w.zmq = w.find(r"(tcp://127\.0\.0\.1:\d+)")
@@ -222,7 +223,11 @@ def main():
     ap.add_argument("--cache-blocks", type=int, default=8192)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=4)
-    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=32, help="client connections")
+    ap.add_argument("--prefill-us", type=int, default=4,
+                    help="mock prefill time per uncached prompt token (us)")
+    ap.add_argument("--decode-us", type=int, default=2000, help="mock time per output token (us)")
+    ap.add_argument("--worker-slots", type=int, default=8, help="requests a mock worker runs at once")
     ap.add_argument("--policy", action="append", default=None,
                     help="policies to compare (default: the router's default, then round_robin)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")

@@ -254,6 +254,19 @@ START_TEST(bounded_affinity_fixtures)
         c[k].requests++;
     }
     ck_assert_uint_gt(c[2].requests, c[0].requests); /* affinity is still visible */
+    /* min_match 0.1: in a 40-block request, an overlap of 3 blocks (a shared system prompt)
+     * does not beat an idle worker; 4 blocks (10%) does. */
+    struct kvr_ffi_request big;
+    luafix_request(&big, 640, 16);
+    fill(c, f, 4);
+    for (int i = 0; i < 4; i++)
+        c[i].overlap = 0;
+    c[0].overlap = 3;
+    c[0].requests = 2;
+    c[1].requests = 0;
+    ck_assert_uint_eq(decide("ba", &big, c, 4), 1);
+    c[0].overlap = 4;
+    ck_assert_uint_eq(decide("ba", &big, c, 4), 0);
 }
 END_TEST
 
