@@ -139,6 +139,8 @@ int kvr_lua_vm_poll(kvr_lua_vm_t *vm)
     vm->retry_after_ns = 0;
     lstate_free(old);
     set_unref(old_set);
+    if (vm->vcfg.swapped != NULL)
+        vm->vcfg.swapped(vm->vcfg.wake_ctx, vm);
     pthread_mutex_lock(&rt->mu);
     vm->build_err[0] = '\0';
     atomic_store_explicit(&vm->live_gen, set->generation, memory_order_release);

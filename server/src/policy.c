@@ -95,7 +95,24 @@ void srv_policy_rt_free(struct srv_policy_rt *rt)
 
 void srv_policy_thread_init(struct srv_thread *t)
 {
-    t->policy_vm = NULL;
+    /* Registered first, so the hook bits the VM publishes while it is built (vm_swapped) count
+     * in any_hooks; events posted before t->policy_vm is set are dropped by events_msg. */
+    struct srv_policy_rt *rt = t->srv->policy;
+    pthread_mutex_lock(&rt->th_mu);
+    if (t->idx < SRV_MAX_THREADS)
+        rt->th[t->idx] = t;
+    pthread_mutex_unlock(&rt->th_mu);
+    struct kvr_lua_vm_config vc = {.wake = wake, .wake_ctx = t, .swapped = vm_swapped};
+    kvr_lua_vm_t *vm = NULL;
+    int rc = kvr_lua_vm_new(rt->lua, &vc, &vm);
+    if (rc != KVR_OK) {
+        srv_logf(t->srv->log, SRV_LOG_ERROR, t->name,
+                 "cannot create this thread's Lua VM (%s): the built-in policy decides",
+                 kvr_strerror(rc));
+        vm = NULL;
+    }
+    t->policy_vm = vm;
+    hooks_update(t);
 }
 
 void srv_policy_thread_poll(struct srv_thread *t)
@@ -540,17 +557,30 @@ static void hooks_refresh_locked(struct srv_policy_rt *rt)
     atomic_store_explicit(&rt->any_hooks, any, memory_order_release);
 }
 
-/* On the thread: its VM may have swapped policies; publish its hook bits. */
-static void hooks_update(struct srv_thread *t)
+/* On the thread: vm (its VM, possibly not yet in t->policy_vm) may have swapped policies;
+ * publish its hook bits. */
+static void hooks_update_vm(struct srv_thread *t, kvr_lua_vm_t *vm)
 {
     struct srv_policy_rt *rt = t->srv->policy;
-    unsigned bits = t->policy_vm != NULL ? kvr_lua_vm_event_hooks(t->policy_vm) : 0;
+    unsigned bits = vm != NULL ? kvr_lua_vm_event_hooks(vm) : 0;
     if (bits == atomic_load_explicit(&t->kv_hooks, memory_order_relaxed))
         return;
     pthread_mutex_lock(&rt->th_mu);
     atomic_store_explicit(&t->kv_hooks, bits, memory_order_relaxed);
     hooks_refresh_locked(rt);
     pthread_mutex_unlock(&rt->th_mu);
+}
+
+static void hooks_update(struct srv_thread *t)
+{
+    hooks_update_vm(t, t->policy_vm);
+}
+
+/* The VM's swap callback: runs before the new generation is published, so an install answered
+ * 200 already has every thread's hook bits current (events posted right after reach them). */
+static void vm_swapped(void *ctx, kvr_lua_vm_t *vm)
+{
+    hooks_update_vm(ctx, vm);
 }
 
 static void events_msg(void *ctx, void *arg)
@@ -641,7 +671,7 @@ static void wake(void *ctx)
 
 void srv_policy_thread_init(struct srv_thread *t)
 {
-    struct kvr_lua_vm_config vc = {.wake = wake, .wake_ctx = t};
+    struct kvr_lua_vm_config vc = {.wake = wake, .wake_ctx = t, .swapped = vm_swapped};
     kvr_lua_vm_t *vm = NULL;
     int rc = kvr_lua_vm_new(t->srv->policy->lua, &vc, &vm);
     if (rc != KVR_OK) {

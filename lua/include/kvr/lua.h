@@ -274,7 +274,13 @@ const char *const *kvr_lua_builtin_names(void);
 struct kvr_lua_vm_config {
     void (*wake)(void *ctx); /* called (from the installing thread) after each install; the
                                 owner should then call kvr_lua_vm_poll on the VM's thread */
-    void *wake_ctx;          /* passed to wake */
+    void *wake_ctx;          /* passed to wake and swapped */
+    void (*swapped)(void *ctx, kvr_lua_vm_t *vm); /* optional; called on the VM's thread inside
+                                   kvr_lua_vm_poll after the new state is in place and before its
+                                   generation is published, so whatever the owner derives from the
+                                   VM (e.g. kvr_lua_vm_event_hooks) is current before an installer's
+                                   kvr_lua_runtime_wait returns; must not call back into the
+                                   runtime's registry */
 };
 
 /* Creates a VM on the calling thread with the runtime's current generation and registers it.
