@@ -3,7 +3,8 @@
  *   SIGTERM / SIGINT  graceful stop: stop accepting, finish in-flight requests (bounded by
  *                     --shutdown-grace), write the final snapshot, exit 0
  *   SIGHUP            reload the policy files
- * Every thread is started with these signals blocked; main() waits for them with sigwait.
+ * Every thread is started with these signals blocked (after the configuration is loaded);
+ * main() waits for them with sigwait.
  * Exit status: 0 clean stop (and --help, --version, --check-config), 2 bad configuration,
  * 1 startup failure.
  *
@@ -27,12 +28,6 @@ int main(int argc, char **argv)
         argv[1] = name;
         return kvr_sim_main(argc - 1, argv + 1);
     }
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     struct srv_config cfg;
@@ -54,6 +49,14 @@ int main(int argc, char **argv)
         srv_config_free(&cfg);
         return 0;
     }
+    /* Blocked only now: loading the configuration starts no thread, and until here SIGTERM or
+     * ^C interrupts it as usual. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     struct srv_logger log;
     srv_log_init(&log, STDERR_FILENO, cfg.log_level);
     struct srv *s = NULL;

@@ -845,8 +845,13 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
     lua_getfield(L, LUA_REGISTRYINDEX, "kvr.cfg.t0");
     double t0 = lua_tonumber(L, -1);
     lua_pop(L, 1);
-    if (n > LUA_INSN_BUDGET || mono_s() - t0 > LUA_TIME_BUDGET_S)
+    if (n > LUA_INSN_BUDGET || mono_s() - t0 > LUA_TIME_BUDGET_S) {
+        /* From now on the hook fires on every instruction: a pcall in the file may swallow one
+         * error, but the instructions around it raise again, outside it (Redis's
+         * luaMaskCountHook), so `while true do pcall(f) end` ends too. */
+        lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
         luaL_error(L, "config file exceeds its instruction budget (a loop that never ends?)");
+    }
 }
 
 static int l_env(lua_State *L)
@@ -871,6 +876,29 @@ static int open_libs(lua_State *L)
         lua_pushstring(L, names[k]);
         lua_call(L, 1, 0);
     }
+    /* This state is the config file's alone, so its string library itself is made safe (method
+     * calls such as s:match(p) reach it through the string metatable): Lua patterns run inside
+     * one C call, where the instruction hook never fires, and a pathological pattern can run
+     * for minutes; string.dump is of no use to a config. */
+    static const char patch[] =
+        "local find, type, error, ipairs = string.find, type, error, ipairs\n"
+        "local MAGIC = '[%^%$%*%+%?%.%(%)%[%]%%%-]'\n"
+        "string.find = function(s, p, init, plain)\n"
+        "  if not plain and type(p) == 'string' and find(p, MAGIC) then\n"
+        "    error('string.find: Lua patterns are not available in the config file"
+        " (pass plain = true)', 2)\n"
+        "  end\n"
+        "  return find(s, p, init, true)\n"
+        "end\n"
+        "for _, k in ipairs({'match', 'gmatch', 'gsub'}) do\n"
+        "  string[k] = function()\n"
+        "    error('string.' .. k .. ': Lua patterns are not available in the config file', 2)\n"
+        "  end\n"
+        "end\n"
+        "string.dump = nil\n";
+    if (luaL_loadbuffer(L, patch, sizeof(patch) - 1, "=config-sandbox") != 0)
+        lua_error(L);
+    lua_call(L, 0, 0);
     return 0;
 }
 
@@ -881,10 +909,28 @@ static void push_env(lua_State *L)
         "assert",   "error", "ipairs", "next",     "pairs",  "pcall",  "select", "tonumber",
         "tostring", "type",  "unpack", "rawequal", "rawget", "rawlen", "xpcall", NULL};
     static const char *const libs[] = {"string", "table", "math", "bit", NULL};
+    /* xpcall's handler runs after the unwind (see lua/lib/kvr/policy.lua): LuaJIT runs it at
+     * the error, which for the budget error is inside the hook, where no hook fires. */
+    static const char safe_xpcall[] =
+        "local pcall = pcall\n"
+        "local function finish(h, ok, ...)\n"
+        "  if ok then return true, ... end\n"
+        "  local _, v = pcall(h, (...))\n"
+        "  return false, v\n"
+        "end\n"
+        "return function(f, h, ...) return finish(h, pcall(f, ...)) end\n";
     lua_newtable(L);
     for (int k = 0; globals[k] != NULL; k++) {
         lua_getglobal(L, globals[k]);
         lua_setfield(L, -2, globals[k]);
+    }
+    if (luaL_loadbuffer(L, safe_xpcall, sizeof(safe_xpcall) - 1, "=xpcall") == 0 &&
+        lua_pcall(L, 0, 1, 0) == 0) {
+        lua_setfield(L, -2, "xpcall");
+    } else {
+        lua_pop(L, 1);
+        lua_pushnil(L); /* no xpcall rather than an unsafe one */
+        lua_setfield(L, -2, "xpcall");
     }
     for (int k = 0; libs[k] != NULL; k++) {
         lua_getglobal(L, libs[k]);
@@ -903,11 +949,7 @@ static void push_env(lua_State *L)
         lua_remove(L, -2);
         lua_setfield(L, -2, libs[k]);
     }
-    /* string.dump/rep could still be used to exhaust memory; the allocator cap covers rep */
-    lua_getfield(L, -1, "string");
-    lua_pushnil(L);
-    lua_setfield(L, -2, "dump");
-    lua_pop(L, 1);
+    /* string.rep could still be used to exhaust memory: the allocator cap covers it */
     lua_pushcfunction(L, l_env);
     lua_setfield(L, -2, "env");
 }

@@ -95,24 +95,7 @@ void srv_policy_rt_free(struct srv_policy_rt *rt)
 
 void srv_policy_thread_init(struct srv_thread *t)
 {
-    /* Registered first, so the hook bits the VM publishes while it is built (vm_swapped) count
-     * in any_hooks; events posted before t->policy_vm is set are dropped by events_msg. */
-    struct srv_policy_rt *rt = t->srv->policy;
-    pthread_mutex_lock(&rt->th_mu);
-    if (t->idx < SRV_MAX_THREADS)
-        rt->th[t->idx] = t;
-    pthread_mutex_unlock(&rt->th_mu);
-    struct kvr_lua_vm_config vc = {.wake = wake, .wake_ctx = t, .swapped = vm_swapped};
-    kvr_lua_vm_t *vm = NULL;
-    int rc = kvr_lua_vm_new(rt->lua, &vc, &vm);
-    if (rc != KVR_OK) {
-        srv_logf(t->srv->log, SRV_LOG_ERROR, t->name,
-                 "cannot create this thread's Lua VM (%s): the built-in policy decides",
-                 kvr_strerror(rc));
-        vm = NULL;
-    }
-    t->policy_vm = vm;
-    hooks_update(t);
+    t->policy_vm = NULL;
 }
 
 void srv_policy_thread_poll(struct srv_thread *t)
@@ -671,9 +654,16 @@ static void wake(void *ctx)
 
 void srv_policy_thread_init(struct srv_thread *t)
 {
+    /* Registered first, so the hook bits the VM publishes while it is built (vm_swapped) count
+     * in any_hooks; events posted before t->policy_vm is set are dropped by events_msg. */
+    struct srv_policy_rt *rt = t->srv->policy;
+    pthread_mutex_lock(&rt->th_mu);
+    if (t->idx < SRV_MAX_THREADS)
+        rt->th[t->idx] = t;
+    pthread_mutex_unlock(&rt->th_mu);
     struct kvr_lua_vm_config vc = {.wake = wake, .wake_ctx = t, .swapped = vm_swapped};
     kvr_lua_vm_t *vm = NULL;
-    int rc = kvr_lua_vm_new(t->srv->policy->lua, &vc, &vm);
+    int rc = kvr_lua_vm_new(rt->lua, &vc, &vm);
     if (rc != KVR_OK) {
         srv_logf(t->srv->log, SRV_LOG_ERROR, t->name,
                  "cannot create this thread's Lua VM (%s): the built-in policy decides",
@@ -681,11 +671,6 @@ void srv_policy_thread_init(struct srv_thread *t)
         vm = NULL;
     }
     t->policy_vm = vm;
-    struct srv_policy_rt *rt = t->srv->policy;
-    pthread_mutex_lock(&rt->th_mu);
-    if (t->idx < SRV_MAX_THREADS)
-        rt->th[t->idx] = t;
-    pthread_mutex_unlock(&rt->th_mu);
     hooks_update(t);
 }
 

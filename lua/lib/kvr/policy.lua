@@ -98,9 +98,25 @@ local BASE = { "assert", "error", "ipairs", "next", "pairs", "pcall", "xpcall", 
     "tonumber", "tostring", "type", "unpack", "rawequal", "rawget", "setmetatable",
     "getmetatable", "_VERSION" }
 
+-- xpcall whose handler runs after the error has unwound, like pcall followed by a call: LuaJIT
+-- runs a handler at the point of the error, and for the time-budget error that point is inside
+-- the count hook, where no hook fires; a handler that loops would then never be stopped.
+local raw_pcall = pcall
+local function xpcall_finish(h, ok, ...)
+    if ok then
+        return true, ...
+    end
+    local _, v = raw_pcall(h, (...))
+    return false, v
+end
+local function safe_xpcall(f, h, ...)
+    return xpcall_finish(h, raw_pcall(f, ...))
+end
+
 local function new_env(name, K)
     local kvr = readonly(K, "kvr")
     local allowed = copy(_G, BASE)
+    allowed.xpcall = safe_xpcall
     allowed.string, allowed.math, allowed.table, allowed.bit = ro_string, ro_math, ro_table,
         ro_bit
     allowed.kvr = kvr

@@ -100,6 +100,13 @@ static const struct escape escapes[] = {
     {"assert(type(kvr.hash('x')) == 'number') assert(type(c[1].id) == 'number') "
      "assert(type(kvr.now()) == 'number') error('plain values only')",
      "plain values only"},
+    /* xpcall keeps its meaning (handler result, extra arguments) though its handler runs after
+     * the unwind */
+    {"local ok, e = xpcall(function(a) error('boom' .. a, 0) end, function(m) return 'h:' .. m "
+     "end, 7) assert(not ok and e == 'h:boom7') "
+     "local t = { xpcall(function() return 1, 2, 3 end, print) } assert(#t == 4 and t[4] == 3) "
+     "error('xpcall works')",
+     "xpcall works"},
 };
 
 START_TEST(escapes_refused_at_install)

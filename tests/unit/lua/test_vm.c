@@ -442,6 +442,14 @@ START_TEST(pcall_cannot_swallow_timeout)
         0);
     pick(3);
     ck_assert_int_eq(d.status, KVR_LUA_ETIMEDOUT);
+    /* An xpcall handler for the budget error itself: it must not run inside the hook (where
+     * LuaJIT runs no hooks), or its loop would never end. */
+    use("swallow5",
+        LIVE("    while true do xpcall(function() while true do end end,\n"
+             "                         function() while true do end end) end"),
+        0);
+    pick(3);
+    ck_assert_int_eq(d.status, KVR_LUA_ETIMEDOUT);
     /* __tostring run from C (tostring) is interpreted and hooked as well. */
     use("swallow4",
         LIVE("    return tostring(setmetatable({}, {__tostring = function() while true do end "

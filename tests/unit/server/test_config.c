@@ -219,6 +219,22 @@ START_TEST(lua_sandbox_and_errors)
         {"return dofile('/etc/passwd')", "dofile"},
         {"string.rep = nil return {}", ""}, /* its own copy: allowed, harmless */
         {"while true do end", "instruction budget"},
+        /* a pcall must not swallow the budget: the loop around it raises again */
+        {"while true do pcall(function() while true do end end) end", "instruction budget"},
+        {"while true do pcall(error, 'x') end", "instruction budget"},
+        {"while true do xpcall(function() while true do end end, "
+         "function() while true do end end) end",
+         "instruction budget"},
+        /* patterns run in one C call the hook cannot interrupt: not available */
+        {"local s = string.rep('a', 100000) return { x = s:find(string.rep('a.-', 8) .. 'b') }",
+         "patterns are not available"},
+        {"return { x = ('abc'):match('b') }", "patterns are not available"},
+        {"return { x = string.gsub('abc', 'b', 'c') }", "patterns are not available"},
+        {"return { listen = string.find('a.b', '.', 1, true) and '127.0.0.1:1' }", ""},
+        {"return { x = string.dump }", ""}, /* nil: the key is absent, fine */
+        {"local ok, e = xpcall(function(a) error('boom' .. a, 0) end, function(m) return 'h:' .. m "
+         "end, 7) if ok or e ~= 'h:boom7' then error('xpcall: ' .. tostring(e)) end return {}",
+         ""},
         {"\x1bLJ", "binary chunks"},
         {"return { 'a', 'b' }", "keys must be strings"},
         {"error('custom failure')", "custom failure"},
