@@ -44,6 +44,8 @@ struct kvr_approx {
     struct timer *heap; /* binary min-heap: earliest expiry, then deepest */
     size_t heap_n, heap_cap;
     struct kvr_approx_stats st;
+    kvr_approx_observer_fn observer; /* optional (borrowed ctx below) */
+    void *observer_ctx;
 };
 
 /* ==== map (worker, dp, ext) -> current expiry ============================================== */
@@ -194,6 +196,8 @@ int kvr_approx_new(kvr_index_t *idx, const struct kvr_approx_config *cfg, kvr_ap
         return KVR_ENOMEM;
     }
     a->idx = idx;
+    a->observer = c.observer;
+    a->observer_ctx = c.observer_ctx;
     a->ttl = c.ttl_ms ? c.ttl_ms : DEFAULT_TTL_MS;
     a->max_blocks = c.max_blocks ? c.max_blocks : DEFAULT_MAX;
     a->target =
@@ -264,8 +268,8 @@ static void prune_locked(struct kvr_approx *a)
     }
 }
 
-int kvr_approx_record(kvr_approx_t *a, uint64_t worker_id, uint32_t dp_rank, const uint64_t *locals,
-                      size_t n, uint64_t now_ms)
+static int record(kvr_approx_t *a, uint64_t worker_id, uint32_t dp_rank, const uint64_t *locals,
+                  size_t n, uint64_t now_ms, int notify)
 {
     if (n == 0)
         return KVR_OK;
@@ -311,11 +315,25 @@ int kvr_approx_record(kvr_approx_t *a, uint64_t worker_id, uint32_t dp_rank, con
             }
             a->st.recorded_blocks += n;
             prune_locked(a);
+            if (notify && a->observer != NULL)
+                a->observer(a->observer_ctx, worker_id, dp_rank, locals, n, now_ms);
         }
     }
     pthread_mutex_unlock(&a->mu);
     free(b);
     return rc;
+}
+
+int kvr_approx_record(kvr_approx_t *a, uint64_t worker_id, uint32_t dp_rank, const uint64_t *locals,
+                      size_t n, uint64_t now_ms)
+{
+    return record(a, worker_id, dp_rank, locals, n, now_ms, 1);
+}
+
+int kvr_approx_record_quiet(kvr_approx_t *a, uint64_t worker_id, uint32_t dp_rank,
+                            const uint64_t *locals, size_t n, uint64_t now_ms)
+{
+    return record(a, worker_id, dp_rank, locals, n, now_ms, 0);
 }
 
 size_t kvr_approx_expire(kvr_approx_t *a, uint64_t now_ms)

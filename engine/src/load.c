@@ -33,9 +33,11 @@ struct req {
     struct link l;
     uint64_t id;
     uint64_t added_ms;
-    uint64_t prefill;  /* prefill tokens still counted on the rank (0 once done) */
-    uint32_t rank;     /* index into ranks[] */
-    uint32_t done;     /* 1 once the first token came back */
+    uint64_t prefill; /* prefill tokens still counted on the rank (0 once done) */
+    uint32_t rank;    /* index into ranks[] */
+    uint32_t done;    /* 1 once the first token came back */
+    uint32_t origin;  /* 0 = this process; else the remote replica that booked it */
+    uint32_t pad_;
     size_t n;          /* sequence hashes */
     uint64_t hashes[]; /* n hashes */
 };
@@ -140,7 +142,8 @@ static void notify(struct kvr_load *ld, int kind, const struct req *q, uint64_t 
                              .dp_rank = r->dp_rank,
                              .worker_id = r->worker_id,
                              .request_id = q->id,
-                             .now_ms = now_ms};
+                             .now_ms = now_ms,
+                             .origin = q->origin};
     ld->cfg.observer(ld->cfg.observer_ctx, &op);
 }
 
@@ -288,6 +291,8 @@ int kvr_load_add(kvr_load_t *ld, const struct kvr_load_request *rq, uint64_t now
     q->prefill = rq->track_prefill && rq->isl_tokens > cached ? rq->isl_tokens - cached : 0;
     q->rank = (uint32_t)ri;
     q->done = 0;
+    q->origin = rq->origin;
+    q->pad_ = 0;
     q->n = rq->n_hashes;
     if (q->n > 0)
         memcpy(q->hashes, rq->seq_hashes, q->n * sizeof(uint64_t));
@@ -315,6 +320,8 @@ int kvr_load_add(kvr_load_t *ld, const struct kvr_load_request *rq, uint64_t now
                                  .isl_tokens = rq->isl_tokens,
                                  .overlap_blocks = rq->overlap_blocks,
                                  .track_prefill = rq->track_prefill ? 1u : 0u,
+                                 .origin = q->origin,
+                                 .prefill_tokens = q->prefill,
                                  .seq_hashes = q->hashes,
                                  .n_hashes = q->n};
         ld->cfg.observer(ld->cfg.observer_ctx, &op);
@@ -363,6 +370,54 @@ size_t kvr_load_expire(kvr_load_t *ld, uint64_t now_ms)
 {
     pthread_mutex_lock(&ld->mu);
     size_t n = expire_locked(ld, now_ms);
+    pthread_mutex_unlock(&ld->mu);
+    return n;
+}
+
+size_t kvr_load_release_origin(kvr_load_t *ld, uint32_t origin, uint64_t now_ms)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&ld->mu);
+    for (struct link *it = ld->head.next, *next; it != &ld->head; it = next) {
+        struct req *q = (struct req *)it;
+        next = it->next;
+        if (q->origin == origin) {
+            notify(ld, KVR_LOAD_OP_RELEASE, q, now_ms);
+            req_drop(ld, q);
+            ld->st.released++;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return n;
+}
+
+size_t kvr_load_origin_foreach(kvr_load_t *ld, uint32_t origin,
+                               void (*fn)(void *ctx, const struct kvr_load_op *op), void *ctx)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&ld->mu);
+    for (struct link *it = ld->head.next; it != &ld->head; it = it->next) {
+        const struct req *q = (const struct req *)it;
+        if (q->origin != origin)
+            continue;
+        const struct rank *r = &ld->ranks[q->rank];
+        struct kvr_load_op op = {.kind = KVR_LOAD_OP_ADD,
+                                 .dp_rank = r->dp_rank,
+                                 .worker_id = r->worker_id,
+                                 .request_id = q->id,
+                                 .now_ms = q->added_ms,
+                                 .isl_tokens =
+                                     q->prefill > UINT32_MAX ? UINT32_MAX : (uint32_t)q->prefill,
+                                 .overlap_blocks = 0,
+                                 .track_prefill = 1,
+                                 .origin = q->origin,
+                                 .prefill_tokens = q->prefill,
+                                 .seq_hashes = q->n ? q->hashes : NULL,
+                                 .n_hashes = q->n};
+        fn(ctx, &op);
+        n++;
+    }
     pthread_mutex_unlock(&ld->mu);
     return n;
 }

@@ -25,10 +25,19 @@
 
 typedef struct kvr_approx kvr_approx_t;
 
+/* Told of every successful kvr_approx_record (not of kvr_approx_record_quiet), under the
+ * recorder's mutex: must be short and must not call back into the recorder. `locals` is
+ * borrowed for the call. Replica sync (server/src/replica.c) forwards them to the other
+ * replicas, which apply them with kvr_approx_record_quiet. */
+typedef void (*kvr_approx_observer_fn)(void *ctx, uint64_t worker_id, uint32_t dp_rank,
+                                       const uint64_t *locals, size_t n, uint64_t now_ms);
+
 struct kvr_approx_config {
-    uint64_t ttl_ms;    /* block lifetime since its last recording; 0 means 120,000 */
-    size_t max_blocks;  /* prune above this many (block, rank) entries; 0 means 2^20 */
-    double prune_ratio; /* prune down to floor(max_blocks * ratio); 0 means 0.8 */
+    uint64_t ttl_ms;                 /* block lifetime since its last recording; 0 = 120,000 */
+    size_t max_blocks;               /* prune above this many (block, rank) entries; 0 = 2^20 */
+    double prune_ratio;              /* prune down to floor(max_blocks * ratio); 0 means 0.8 */
+    kvr_approx_observer_fn observer; /* optional */
+    void *observer_ctx;              /* passed to observer (borrowed) */
 };
 
 struct kvr_approx_stats {
@@ -48,6 +57,10 @@ void kvr_approx_free(kvr_approx_t *a);
  * KVR_OK, or the index's error, or KVR_ENOMEM. */
 int kvr_approx_record(kvr_approx_t *a, uint64_t worker_id, uint32_t dp_rank, const uint64_t *locals,
                       size_t n, uint64_t now_ms);
+
+/* The same, without telling the observer (for recordings received from another replica). */
+int kvr_approx_record_quiet(kvr_approx_t *a, uint64_t worker_id, uint32_t dp_rank,
+                            const uint64_t *locals, size_t n, uint64_t now_ms);
 
 /* Removes every block whose timer is due at now_ms. Returns the number removed. */
 size_t kvr_approx_expire(kvr_approx_t *a, uint64_t now_ms);

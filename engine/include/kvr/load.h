@@ -30,9 +30,12 @@
  * (router_track_output_blocks), so active blocks are |unique blocks| exactly.
  *
  * Replica sync hook: every add, first token, release and expiry is reported to an optional
- * observer callback (a later issue publishes them to other router replicas). Events received
- * from replicas are applied with the same calls; the observer sees them too (op->kind tells
- * nothing about the origin: filter by request id if needed).
+ * observer callback (server/src/replica.c publishes them to the other router replicas).
+ * Requests received from replicas are applied with the same calls and carry a non-zero
+ * `origin` (a small id the caller assigns to each remote replica; 0 = this process): the
+ * observer sees them too, with op->origin set, so a publisher forwards origin 0 only.
+ * kvr_load_release_origin drops everything a replica booked (it died or resynced) and
+ * kvr_load_origin_foreach lists it (to publish a full state on demand).
  *
  * Thread-safety: every function is thread-safe. One mutex per tracker, held for the duration of
  * one call (a hash-map update or lookup per block; no allocation while holding it except the
@@ -67,7 +70,8 @@ struct kvr_load_op {
     uint32_t isl_tokens;        /* ADD: input length in tokens; else 0 */
     uint32_t overlap_blocks;    /* ADD: overlap the router assumed; else 0 */
     uint32_t track_prefill;     /* ADD: 1 if prefill tokens are tracked */
-    uint32_t pad_;              /* zero */
+    uint32_t origin;            /* who booked it: 0 = this process, else a remote replica */
+    uint64_t prefill_tokens;    /* ADD: prefill tokens counted on the rank (0 once done) */
     const uint64_t *seq_hashes; /* ADD: the request's sequence hashes; else NULL */
     size_t n_hashes;            /* ADD: number of seq_hashes */
 };
@@ -91,6 +95,8 @@ struct kvr_load_request {
     uint32_t isl_tokens;        /* input length in tokens */
     uint32_t overlap_blocks;    /* blocks the rank already had cached (from the index) */
     uint32_t track_prefill;     /* non-zero: count prefill tokens (Dynamo default: true) */
+    uint32_t origin;            /* 0 = booked by this process; else the remote replica's id */
+    uint32_t pad_;              /* zero */
     const uint64_t *seq_hashes; /* sequence hashes of the request's complete blocks (or random
                                    values when no reuse is assumed); may be NULL if n == 0 */
     size_t n_hashes;
@@ -162,6 +168,20 @@ size_t kvr_load_expire(kvr_load_t *ld, uint64_t now_ms);
 /* Drops every request of every rank of a worker and forgets those ranks (no observer calls).
  * Returns the number of requests dropped. */
 size_t kvr_load_remove_worker(kvr_load_t *ld, uint64_t worker_id);
+
+/* Releases every active request booked with this origin (a remote replica that died, or whose
+ * full state is about to replace what we hold of it); the observer sees a RELEASE for each.
+ * origin 0 releases this process's own requests. Returns the number released. */
+size_t kvr_load_release_origin(kvr_load_t *ld, uint32_t origin, uint64_t now_ms);
+
+/* Calls fn(ctx, op) for every active request of this origin, oldest first, under the tracker's
+ * mutex (fn must be short and must not call back into the tracker). Each op is ADD-shaped:
+ * kind KVR_LOAD_OP_ADD, the rank, request id, added time (now_ms), prefill_tokens still counted
+ * (0 once the first token came), track_prefill 1, isl_tokens = prefill_tokens,
+ * overlap_blocks 0 (so adding it elsewhere reproduces the same load), and its sequence hashes
+ * (borrowed for the call). Returns the number listed. */
+size_t kvr_load_origin_foreach(kvr_load_t *ld, uint32_t origin,
+                               void (*fn)(void *ctx, const struct kvr_load_op *op), void *ctx);
 
 /* Load of one rank: returns 1 and fills *out, or 0 if the tracker has never seen the rank
  * (*out then holds zeros). */

@@ -104,6 +104,52 @@ START_TEST(prune_keeps_prefixes)
 }
 END_TEST
 
+struct seen {
+    uint64_t worker[4];
+    size_t n[4];
+    uint64_t first[4];
+    size_t calls;
+};
+
+static void watch(void *ctx, uint64_t worker_id, uint32_t dp_rank, const uint64_t *locals, size_t n,
+                  uint64_t now_ms)
+{
+    struct seen *s = ctx;
+    (void)dp_rank;
+    (void)now_ms;
+    if (s->calls < 4) {
+        s->worker[s->calls] = worker_id;
+        s->n[s->calls] = n;
+        s->first[s->calls] = locals[0];
+    }
+    s->calls++;
+}
+
+START_TEST(observer_and_quiet_records)
+{
+    /* Replica sync: a recording is reported to the observer; a replayed (quiet) one is applied
+     * the same way but not reported, so replicas do not echo each other. */
+    kvr_index_t *idx;
+    kvr_approx_t *a;
+    struct seen seen = {0};
+    struct kvr_approx_config cfg = {.ttl_ms = 1000, .observer = watch, .observer_ctx = &seen};
+    ck_assert_int_eq(kvr_index_new(NULL, &idx), KVR_OK);
+    ck_assert_int_eq(kvr_approx_new(idx, &cfg, &a), KVR_OK);
+    uint64_t q[3] = {21, 22, 23};
+    ck_assert_int_eq(kvr_approx_record(a, 1, 0, q, 3, 0), KVR_OK);
+    ck_assert_int_eq(kvr_approx_record_quiet(a, 2, 0, q, 2, 0), KVR_OK);
+    ck_assert_int_eq(kvr_approx_record(a, 3, 0, q, 0, 0), KVR_OK); /* nothing recorded */
+    ck_assert_uint_eq(seen.calls, 1);
+    ck_assert_uint_eq(seen.worker[0], 1);
+    ck_assert_uint_eq(seen.n[0], 3);
+    ck_assert_uint_eq(seen.first[0], 21);
+    ck_assert_uint_eq(overlap(idx, q, 3, 2), 2);          /* the quiet one is in the index */
+    ck_assert_uint_eq(kvr_approx_expire(a, 1000), 3 + 2); /* and expires like the others */
+    kvr_approx_free(a);
+    kvr_index_free(idx);
+}
+END_TEST
+
 Suite *approx_suite(void);
 
 Suite *approx_suite(void)
@@ -113,6 +159,7 @@ Suite *approx_suite(void)
     tcase_add_test(tc, ttl_and_refresh);
     tcase_add_test(tc, prune_earliest_then_deepest);
     tcase_add_test(tc, prune_keeps_prefixes);
+    tcase_add_test(tc, observer_and_quiet_records);
     suite_add_tcase(s, tc);
     return s;
 }

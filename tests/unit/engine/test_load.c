@@ -234,6 +234,107 @@ START_TEST(observer_sees_every_op)
 }
 END_TEST
 
+/* ==== origins (replica sync) ================================================================= */
+
+struct listing {
+    uint64_t ids[8];
+    uint64_t prefill[8];
+    size_t nh[8];
+    uint32_t origin[8];
+    size_t n;
+};
+
+static void list_one(void *ctx, const struct kvr_load_op *op)
+{
+    struct listing *l = ctx;
+    ck_assert_int_eq(op->kind, KVR_LOAD_OP_ADD);
+    ck_assert_uint_eq(op->isl_tokens, op->prefill_tokens);
+    ck_assert_uint_eq(op->overlap_blocks, 0);
+    if (l->n < 8) {
+        l->ids[l->n] = op->request_id;
+        l->prefill[l->n] = op->prefill_tokens;
+        l->nh[l->n] = op->n_hashes;
+        l->origin[l->n] = op->origin;
+    }
+    l->n++;
+}
+
+static int add_from(uint64_t id, uint64_t w, const uint64_t *h, size_t n, uint32_t isl,
+                    uint32_t overlap, uint32_t origin)
+{
+    struct kvr_load_request rq = {.request_id = id,
+                                  .worker_id = w,
+                                  .isl_tokens = isl,
+                                  .overlap_blocks = overlap,
+                                  .track_prefill = 1,
+                                  .origin = origin,
+                                  .seq_hashes = h,
+                                  .n_hashes = n};
+    return kvr_load_add(ld, &rq, 0);
+}
+
+START_TEST(origins_release_and_list)
+{
+    kvr_load_free(ld);
+    struct oplog log = {{0}, 0};
+    struct kvr_load_config cfg = {.block_size = 4, .observer = record, .observer_ctx = &log};
+    ck_assert_int_eq(kvr_load_new(&cfg, &ld), KVR_OK);
+    static const uint64_t h[] = {1, 2, 3};
+    ck_assert_int_eq(add_from(1, 7, h, 3, 12, 1, 0), KVR_OK); /* ours: prefill 12 - 4 = 8 */
+    ck_assert_int_eq(add_from(2, 7, h, 2, 10, 0, 5), KVR_OK); /* replica 5 */
+    ck_assert_int_eq(add_from(3, 8, h, 1, 6, 0, 5), KVR_OK);
+    ck_assert_int_eq(add_from(4, 7, h + 2, 1, 4, 0, 6), KVR_OK); /* replica 6 */
+    ck_assert_int_eq(kvr_load_first_token(ld, 3, 1), KVR_OK);
+    expect(7, 0, 3, 8 + 10 + 4, 3);
+    /* listing a replica's state reproduces its load when added elsewhere */
+    struct listing l = {0};
+    ck_assert_uint_eq(kvr_load_origin_foreach(ld, 5, list_one, &l), 2);
+    ck_assert_uint_eq(l.n, 2);
+    ck_assert_uint_eq(l.ids[0], 2);
+    ck_assert_uint_eq(l.prefill[0], 10);
+    ck_assert_uint_eq(l.nh[0], 2);
+    ck_assert_uint_eq(l.ids[1], 3);
+    ck_assert_uint_eq(l.prefill[1], 0); /* its first token came */
+    ck_assert_uint_eq(l.origin[1], 5);
+    struct listing mine = {0};
+    ck_assert_uint_eq(kvr_load_origin_foreach(ld, 0, list_one, &mine), 1);
+    ck_assert_uint_eq(mine.prefill[0], 8);
+    /* the observer saw origins */
+    log.len = 0;
+    log.text[0] = '\0';
+    ck_assert_uint_eq(kvr_load_release_origin(ld, 5, 2), 2);
+    ck_assert_str_eq(log.text, "3:2@7/0 3:3@8/0 ");
+    expect(7, 0, 3, 8 + 4, 2); /* hash 3 still held by requests 1 and 4 */
+    expect(8, 0, 0, 0, 0);
+    ck_assert_uint_eq(kvr_load_release_origin(ld, 5, 3), 0);
+    ck_assert_uint_eq(kvr_load_release_origin(ld, 0, 3), 1);
+    expect(7, 0, 1, 4, 1);
+    ck_assert_uint_eq(kvr_load_origin_foreach(ld, 9, list_one, &l), 0);
+}
+END_TEST
+
+static void origin_of(void *ctx, const struct kvr_load_op *op)
+{
+    uint32_t *seen = ctx;
+    *seen |= 1u << op->origin;
+}
+
+START_TEST(observer_reports_origin)
+{
+    kvr_load_free(ld);
+    uint32_t seen = 0;
+    struct kvr_load_config cfg = {.block_size = 4, .observer = origin_of, .observer_ctx = &seen};
+    ck_assert_int_eq(kvr_load_new(&cfg, &ld), KVR_OK);
+    ck_assert_int_eq(add_from(1, 1, NULL, 0, 4, 0, 3), KVR_OK);
+    ck_assert_uint_eq(seen, 1u << 3);
+    ck_assert_int_eq(kvr_load_first_token(ld, 1, 0), KVR_OK);
+    ck_assert_int_eq(kvr_load_release(ld, 1, 0), KVR_OK);
+    ck_assert_uint_eq(seen, 1u << 3);
+    ck_assert_int_eq(add_from(2, 1, NULL, 0, 4, 0, 0), KVR_OK);
+    ck_assert_uint_eq(seen, (1u << 3) | 1u);
+}
+END_TEST
+
 /* ==== oom ==================================================================================== */
 
 START_TEST(oom_leaves_tracker_unchanged)
@@ -429,6 +530,8 @@ Suite *load_suite(void)
     tcase_add_test(api, duplicates_and_edges);
     tcase_add_test(api, query_new_blocks);
     tcase_add_test(api, observer_sees_every_op);
+    tcase_add_test(api, origins_release_and_list);
+    tcase_add_test(api, observer_reports_origin);
     suite_add_tcase(s, api);
     TCase *edge = tcase_create("edge");
     tcase_add_checked_fixture(edge, setup4, teardown);
