@@ -228,6 +228,35 @@ class Proxy(unittest.TestCase):
                 self.assertEqual(r.metric("kvrouter_worker_requests_failed_total", worker_id="1"),
                                  0 if status == 429 else 1)
 
+    def test_retry_backoff_doubles_up_to_its_cap(self):
+        # four workers; the first three attempts (whichever worker gets them) answer 503, the
+        # fourth 200. With --retry-backoff 200ms and --retry-backoff-max 400ms the attempts
+        # start 200 ms, 400 ms and 400 ms (capped, not 800) after the previous one, +-20% jitter
+        times, lock = [], threading.Lock()
+
+        def behave(path, body):
+            with lock:
+                times.append(time.monotonic())
+                n = len(times)
+            return ("json", 503, b'{"error":"busy"}') if n <= 3 else ("json", 200, b'{"ok":1}')
+
+        fakes = [self.fake(behave) for _ in range(4)]
+        r = self.router("--retry-backoff", "200ms", "--retry-backoff-max", "400ms",
+                        "--retries", "3")
+        for i, fw in enumerate(fakes):
+            r.json("POST", "/register", {"instance_id": i + 1, "url": fw.url}, expect=201)
+        st, hdrs, data = r.request("POST", "/v1/completions", {"prompt": PROMPT})
+        self.assertEqual((st, data), (200, b'{"ok":1}'))
+        self.assertEqual(len(times), 4)
+        self.assertEqual(sorted(fw.count() for fw in fakes), [1, 1, 1, 1])  # 4 workers, 4 tries
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        slack = 0.15  # scheduling on a busy machine; timers never fire early
+        for gap, nominal in zip(gaps, (0.2, 0.4, 0.4)):
+            self.assertGreaterEqual(gap, nominal * 0.8, gaps)
+            self.assertLess(gap, nominal * 1.2 + slack, gaps)
+        self.assertEqual(r.metric("kvrouter_proxy_retries_total"), 3)
+        self.assertEqual(r.metric("kvrouter_load_active_requests"), 0)
+
     def test_last_attempt_passes_the_error_through(self):
         bad = self.fake(lambda p, b: ("json", 500, b'{"error":{"message":"boom"}}'))
         r = self.router()
