@@ -5,7 +5,9 @@
  *   DELETE /v1/route/{id}               the request finished (also POST /v1/route/{id}/free)
  *
  * Both answer 200 {"status":"ok","request_id":id} or 404 when the id is unknown (never booked,
- * already freed, or expired after 300 s). POST /v1/route itself lives in proxy.c. */
+ * already freed, or expired after 300 s). Ids of requests the router proxies itself
+ * (SRV_REQ_ID_PROXY, route.h) answer 409: their booking belongs to the proxied flow, which marks
+ * the first token and frees it. POST /v1/route itself lives in proxy.c. */
 #include <event2/http.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "clock.h"
 #include "jsonw.h"
 #include "kvr/err.h"
+#include "route.h"
 #include "server.h"
 
 void srv_api_route_id(struct srv_hreq *h)
@@ -37,6 +40,13 @@ void srv_api_route_id(struct srv_hreq *h)
         return;
     }
     struct srv_model *m = srv_models_of_request(&h->t->srv->models, id);
+    if (m != NULL && (id & SRV_REQ_ID_PROXY) != 0) {
+        srv_reply_error(h, 409,
+                        "request %llu is forwarded by this router's proxy, which owns its "
+                        "booking (it is marked and freed when the proxied request ends)",
+                        id);
+        return;
+    }
     int rc = KVR_ENOTFOUND;
     if (m != NULL)
         rc = first_token ? kvr_load_first_token(m->load, id, srv_now_ms())

@@ -849,6 +849,30 @@ static void launch(struct srv_hreq *h, struct flow *f, int async)
 
 /* ==== POST /v1/completions, /v1/chat/completions ============================================== */
 
+/* The routing inputs the request's own HTTP headers carry (proxy and /v1/route alike): the
+ * session key (x-kvrouter-session, x-session-id, x-dynamo-session-id), the LoRA
+ * (x-kvrouter-lora) and, when allowed, the policy (x-kvrouter-policy), each only where f has
+ * none yet; and every x-* header for the policy's req.headers. KVR_OK or KVR_ENOMEM. */
+static int read_request_headers(struct flow *f, struct srv_hreq *h)
+{
+    static const char *const session_hdrs[] = {"x-kvrouter-session", "x-session-id",
+                                               "x-dynamo-session-id", NULL};
+    static const char *const lora_hdrs[] = {"x-kvrouter-lora", NULL};
+    static const char *const pol_hdrs[] = {"x-kvrouter-policy", NULL};
+    if (f->session == NULL)
+        f->session = dup_hdr(h, session_hdrs);
+    if (f->lora == NULL)
+        f->lora = dup_hdr(h, lora_hdrs);
+    if (f->policy_hdr == NULL && f->t->srv->cfg->allow_policy_header)
+        f->policy_hdr = dup_hdr(h, pol_hdrs);
+    struct evkeyvalq *ih = evhttp_request_get_input_headers(h->req);
+    for (struct evkeyval *kv = ih->tqh_first; kv != NULL; kv = kv->next.tqe_next)
+        if ((kv->key[0] == 'x' || kv->key[0] == 'X') && kv->key[1] == '-' &&
+            add_header(f, kv->key, kv->value) != KVR_OK)
+            return KVR_ENOMEM;
+    return KVR_OK;
+}
+
 /* Model lookup and the flow's common parts (body copy, content type, session, LoRA, policy
  * header, routing headers). Returns the flow, or NULL after replying. */
 static struct flow *proxy_setup(struct srv_hreq *h, int chat, const char *model, size_t model_len,
@@ -868,21 +892,8 @@ static struct flow *proxy_setup(struct srv_hreq *h, int chat, const char *model,
     f->body_len = len;
     const char *ct = srv_header(h, "Content-Type");
     snprintf(f->ctype, sizeof(f->ctype), "%s", ct != NULL ? ct : "application/json");
-    static const char *const session_hdrs[] = {"x-kvrouter-session", "x-session-id",
-                                               "x-dynamo-session-id", NULL};
-    f->session = dup_hdr(h, session_hdrs);
-    static const char *const lora_hdrs[] = {"x-kvrouter-lora", NULL};
-    f->lora = dup_hdr(h, lora_hdrs);
-    if (t->srv->cfg->allow_policy_header) {
-        static const char *const pol_hdrs[] = {"x-kvrouter-policy", NULL};
-        f->policy_hdr = dup_hdr(h, pol_hdrs);
-    }
-    /* routing headers for the policy: every x-* header of the request */
-    struct evkeyvalq *ih = evhttp_request_get_input_headers(h->req);
-    for (struct evkeyval *kv = ih->tqh_first; kv != NULL; kv = kv->next.tqe_next)
-        if ((kv->key[0] == 'x' || kv->key[0] == 'X') && kv->key[1] == '-' &&
-            add_header(f, kv->key, kv->value) != KVR_OK)
-            goto oom;
+    if (read_request_headers(f, h) != KVR_OK)
+        goto oom;
     return f;
 oom:
     srv_reply_error(h, 503, "out of memory");
@@ -1111,12 +1122,14 @@ static int route_fast(struct srv_hreq *h, const char *body, size_t len)
         if (n < 0 || (f = flow_new(h, FLOW_ROUTE)) == NULL)
             return 0;
         f->m = m;
-        if (hash_tokens(f, t->tokens, (size_t)n) != KVR_OK)
+        if (read_request_headers(f, h) != KVR_OK || hash_tokens(f, t->tokens, (size_t)n) != KVR_OK)
             goto oom;
     } else {
         if ((f = flow_new(h, FLOW_ROUTE)) == NULL)
             return 0;
         f->m = m;
+        if (read_request_headers(f, h) != KVR_OK)
+            goto oom;
         f->locals = malloc(cap * sizeof(uint64_t));
         f->seqs = malloc(cap * sizeof(uint64_t));
         if (f->locals == NULL || f->seqs == NULL)
@@ -1242,6 +1255,11 @@ void srv_api_route(struct srv_hreq *h)
                 strcasecmp(hk, "x-kvrouter-policy") == 0)
                 f->policy_hdr = strdup(val);
         }
+    }
+    /* then the request's own HTTP headers: what the body did not give */
+    if (read_request_headers(f, h) != KVR_OK) {
+        srv_reply_error(h, 503, "out of memory");
+        goto out;
     }
     int async = 0;
     size_t n = 0;

@@ -199,7 +199,7 @@ int srv_route_decide(struct srv_thread *t, const struct srv_route_in *in, struct
                                 .isl = in->isl,
                                 .blocks = (uint32_t)in->n_blocks,
                                 .block_size = m->block_size};
-    d->request_id = srv_model_next_request_id(m);
+    d->request_id = srv_model_next_request_id(m) | (in->need_url ? SRV_REQ_ID_PROXY : 0);
     rq.request_id = d->request_id;
     struct srv_policy_out po = {.ranked = ranked, .cap = SRV_MAX_ALT + 1};
     rc = srv_policy_select(t, m, &rq, pc, n, &po);

@@ -28,6 +28,12 @@
 
 #define SRV_MAX_ALT 8
 
+/* Request ids share one space per model (models.h: slot << SRV_REQ_ID_SHIFT | sequence). The
+ * ids of requests the proxy forwards itself carry this bit, so the lifecycle routes meant for
+ * external proxies (/v1/route/{id}/first_token, DELETE /v1/route/{id}) can refuse them (409):
+ * only the proxy that owns such a booking may mark or free it. */
+#define SRV_REQ_ID_PROXY (1ull << (SRV_REQ_ID_SHIFT - 1))
+
 struct srv_route_in {
     struct srv_model *m;
     const uint64_t *locals; /* [n_blocks] (borrowed) */
@@ -44,7 +50,8 @@ struct srv_route_in {
     size_t n_headers;
     double overlap_weight; /* < 0 unset */
     double temperature;    /* < 0 unset */
-    int need_url;          /* proxying: only candidates with an HTTP URL */
+    int need_url;          /* proxying: only candidates with an HTTP URL, and the request id
+                            * is marked proxy-owned (SRV_REQ_ID_PROXY) */
     struct srv_jw *scores; /* if set: "candidates":[...] is written here */
 };
 

@@ -154,6 +154,101 @@ class RouteApi(unittest.TestCase):
         finally:
             self.assertEqual(r.stop(), 0, r.stderr())
 
+    def test_proxied_requests_cannot_be_freed_through_the_route_api(self):
+        # a request the router proxies itself books load under an id of the same space; the
+        # lifecycle routes refuse it (409) and its booking stays until the stream ends
+        import http.client
+        fw = kvrh.FakeWorker(lambda p, b: ("sse", [b"data: 1\n\n", b"data: 2\n\n"], 0.6))
+        try:
+            self.register(1, url=fw.url)
+            c = http.client.HTTPConnection("127.0.0.1", self.r.port, timeout=30)
+            c.request("POST", "/v1/completions", body='{"prompt": [1, 2, 3, 4], "stream": true}',
+                      headers={"Content-Type": "application/json"})
+            resp = c.getresponse()  # the head: the stream has started, the booking is live
+            self.assertEqual(resp.status, 200)
+            rid = int(resp.getheader("x-kvrouter-request-id"))
+            self.assertEqual(self.r.metric("kvrouter_load_active_requests", worker_id="1"), 1)
+            for method, path in (("DELETE", "/v1/route/%d" % rid),
+                                 ("POST", "/v1/route/%d/free" % rid),
+                                 ("POST", "/v1/route/%d/first_token" % rid)):
+                e = self.r.json(method, path, expect=409)
+                self.assertIn("proxy", e["error"])
+            self.assertEqual(self.r.metric("kvrouter_load_active_requests", worker_id="1"), 1)
+            self.assertEqual(resp.read(), b"data: 1\n\ndata: 2\n\n")
+            c.close()
+            kvrh.wait_until(lambda: self.r.metric("kvrouter_load_active_requests", worker_id="1")
+                            == 0, what="the proxied booking freed at the end")
+            # ids handed out by /v1/route stay free-able, and differ from the proxy's
+            d = self.r.json("POST", "/v1/route", {"token_ids": [1, 2, 3, 4]})
+            self.assertNotEqual(d["request_id"], rid)
+            self.r.json("DELETE", "/v1/route/%d" % d["request_id"])
+            self.assertLess(max(d["request_id"], rid), 2 ** 53)
+        finally:
+            fw.stop()
+
+    def test_lora_header_changes_the_hashes(self):
+        # x-kvrouter-lora on the HTTP request salts the block hashes, as in the proxy; the body's
+        # lora_name wins over the header
+        r = self.r
+        self.register(1)
+        r.json("POST", "/v1/events", [stored(1, None, [(1, L0), (2, L1)])])
+        for body in ({"token_ids": list(range(8)), "book": False},  # fast path
+                     {"token_ids": list(range(8)), "book": False, "temperature": 0}):  # strict
+            with self.subTest(body=body):
+                self.assertEqual(r.json("POST", "/v1/route", body)["overlap_blocks"], 2)
+                d = r.json("POST", "/v1/route", body, headers={"x-kvrouter-lora": "adapter-a"})
+                self.assertEqual(d["overlap_blocks"], 0)
+        d = r.json("POST", "/v1/route", {"token_ids": list(range(8)), "book": False,
+                                         "lora_name": "adapter-a"})
+        self.assertEqual(d["overlap_blocks"], 0)
+
+
+# the candidate named by the session key, else by the x-pick header, else the lowest id
+PICK_BY_SESSION = """return { select = function(req, c)
+  local want = tonumber(req.session or "") or tonumber(req.headers["x-pick"] or "")
+  local best = c[1]
+  for i = 1, #c do
+    if c[i].id == want then return c[i] end
+    if c[i].id < best.id then best = c[i] end
+  end
+  return best
+end }
+"""
+
+
+class RouteHeaders(unittest.TestCase):
+    """/v1/route reads the HTTP request's own session and x-* headers (as the proxy does), in
+    both its fast and its strict body paths; body fields win over headers."""
+
+    def setUp(self):
+        self.r = kvrh.Router("--block-size", "4", "--health-interval", "0")
+        self.addCleanup(lambda: self.assertEqual(self.r.stop(), 0, self.r.stderr()))
+        if self.r.json("GET", "/admin/status")["policy"]["runtime"] != "lua":
+            self.skipTest("this build has no Lua policy runtime")
+        for wid in (1, 2, 3):
+            self.r.json("POST", "/register", {"instance_id": wid, "url": "http://127.0.0.1:9"},
+                        expect=201)
+        self.r.json("POST", "/admin/policy", PICK_BY_SESSION)
+
+    def pick(self, extra=None, **kw):
+        body = {"token_ids": list(range(16)), "book": False}
+        body.update(extra or {})
+        return self.r.json("POST", "/v1/route", body, **kw)["worker_id"]
+
+    def test_session_and_routing_headers(self):
+        for extra in (None, {"temperature": 0}):  # fast path, strict path
+            with self.subTest(extra=extra):
+                self.assertEqual(self.pick(extra), 1)
+                self.assertEqual(self.pick(extra, headers={"x-pick": "3"}), 3)
+                self.assertEqual(self.pick(extra, headers={"X-Pick": "2"}), 2)
+                for h in ("x-session-id", "x-kvrouter-session", "x-dynamo-session-id"):
+                    self.assertEqual(self.pick(extra, headers={h: "2", "x-pick": "3"}), 2, h)
+        # the body's session and headers come first; the HTTP headers fill in the rest
+        self.assertEqual(self.pick({"session_id": "3"}, headers={"x-session-id": "2"}), 3)
+        self.assertEqual(self.pick({"headers": {"x-session-id": "1"}},
+                                   headers={"x-session-id": "2"}), 1)
+        self.assertEqual(self.pick({"headers": {"x-other": "1"}}, headers={"x-pick": "2"}), 2)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
