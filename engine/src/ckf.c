@@ -42,6 +42,26 @@ void kvr_ckf_address(uint64_t seq, uint64_t seed, uint64_t mask, struct kvr_ckf_
     kvr_ckf_key_addr(&k, mask, out);
 }
 
+uint64_t kvr_ckf_genb_mix(uint64_t x, uint64_t s)
+{
+    x ^= s;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+void kvr_ckf_genb_address(uint64_t h, uint64_t seed, uint64_t mask, struct kvr_ckf_addr *out)
+{
+    uint16_t fp = (uint16_t)(kvr_ckf_genb_mix(h, seed) >> 48);
+    if (fp == 0)
+        fp = 1;
+    out->fp = fp;
+    out->a = kvr_ckf_genb_mix(h, seed ^ KVR_CKF_GENB_INDEX_SALT) & mask;
+    out->b = out->a ^ ((kvr_ckf_genb_mix(fp, seed) & mask) | 1);
+}
+
 void kvr_ckf_rng_seed_lane(struct kvr_ckf_rng *r, uint64_t seed, uint32_t lane)
 {
     struct kvr_ckf_rng s = {seed ^ (((uint64_t)lane + 1) * 0x9E3779B97F4A7C15ULL)};

@@ -240,15 +240,25 @@ void kvr_ckf_frame_delta_entry(const struct kvr_ckf_frame *f, uint32_t i, uint32
 
 /* ==== consumer ================================================================================ */
 
+/* The last DUP_WINDOW applied deltas of a lane, as (base_epoch, body checksum): a delta whose
+ * base is behind the installed epoch is a harmless duplicate only if it is one of these. */
+#define DUP_WINDOW 16u
+
 struct lane {
     int state;             /* enum kvr_ckf_lane_state */
     uint64_t dc_worker_id; /* bound producer */
     uint64_t epoch;        /* installed sequence (READY) or snapshot epoch (LOADING) */
-    uint32_t next_chunk;   /* LOADING: expected chunk index */
+    uint64_t high;         /* highest epoch installed from this producer (valid if has_high) */
+    int has_high;
+    uint32_t next_chunk; /* LOADING: expected chunk index */
     uint64_t retirements;
+    uint64_t restarts;
     uint64_t applied;
     uint64_t ignored;
-    char error[160]; /* last retirement reason */
+    uint64_t dup_base[DUP_WINDOW]; /* ring of recently applied deltas */
+    uint32_t dup_sum[DUP_WINDOW];
+    uint32_t dup_n, dup_next;
+    char error[200]; /* last retirement reason */
 };
 
 struct kvr_ckf_consumer {
@@ -304,9 +314,17 @@ int kvr_ckf_consumer_bind(kvr_ckf_consumer_t *c, uint32_t lane, uint64_t dc_work
     l->state = KVR_CKF_LANE_AWAITING;
     l->dc_worker_id = dc_worker_id;
     l->epoch = 0;
+    l->has_high = 0;
     l->next_chunk = 0;
+    l->dup_n = l->dup_next = 0;
     l->error[0] = '\0';
     return KVR_OK;
+}
+
+__attribute__((format(printf, 2, 0))) static void set_error(struct lane *l, const char *fmt,
+                                                            va_list ap)
+{
+    vsnprintf(l->error, sizeof(l->error), fmt, ap);
 }
 
 /* Retires a lane: invisible to queries until a new snapshot; keeps the reason. */
@@ -319,11 +337,30 @@ retire(kvr_ckf_consumer_t *c, uint32_t lane, int code, int *outcome, const char 
     l->retirements++;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(l->error, sizeof(l->error), fmt, ap);
+    set_error(l, fmt, ap);
     va_end(ap);
     if (outcome != NULL)
         *outcome = KVR_CKF_FEED_RETIRED;
     return code;
+}
+
+/* Records a producer restart seen by a snapshot: the lane retires (counted only if it was
+ * READY or LOADING: an AWAITING lane is retired already), its history is forgotten. */
+__attribute__((format(printf, 3, 4))) static void note_restart(kvr_ckf_consumer_t *c, uint32_t lane,
+                                                               const char *fmt, ...)
+{
+    struct lane *l = &c->lane[lane];
+    if (l->state == KVR_CKF_LANE_READY || l->state == KVR_CKF_LANE_LOADING)
+        l->retirements++;
+    set_ready(c, lane, 0);
+    l->state = KVR_CKF_LANE_AWAITING;
+    l->restarts++;
+    l->has_high = 0;
+    l->dup_n = l->dup_next = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(l, fmt, ap);
+    va_end(ap);
 }
 
 static int ignore(struct lane *l, int *outcome)
@@ -342,15 +379,31 @@ static int applied(struct lane *l, int *outcome)
     return KVR_OK;
 }
 
+static void note_installed(struct lane *l)
+{
+    if (!l->has_high || l->epoch > l->high)
+        l->high = l->epoch;
+    l->has_high = 1;
+}
+
 static int feed_snapshot(kvr_ckf_consumer_t *c, uint32_t lane, const struct kvr_ckf_frame *f,
                          int *outcome)
 {
     struct lane *l = &c->lane[lane];
     struct kvr_ckf_view v;
+    int restarted = 0;
     if (f->chunk_index == 0) {
-        /* a new snapshot: older than what is installed is stale traffic */
-        if (l->state == KVR_CKF_LANE_READY && f->epoch < l->epoch)
-            return ignore(l, outcome);
+        /* A snapshot older than what this producer already installed: its epoch went
+         * backwards, so the producer restarted (epochs start again at 0) or this is very late
+         * traffic. Either way the installed table cannot be trusted to continue from it: retire
+         * the lane (with the reason) and reload from this snapshot. */
+        if (l->has_high && f->epoch < l->high) {
+            note_restart(c, lane,
+                         "producer restarted? snapshot epoch %llu is behind installed epoch "
+                         "%llu: lane retired, reloading from the new snapshot",
+                         (unsigned long long)f->epoch, (unsigned long long)l->high);
+            restarted = 1;
+        }
         set_ready(c, lane, 0);
         l->state = KVR_CKF_LANE_LOADING;
         l->epoch = f->epoch;
@@ -368,9 +421,21 @@ static int feed_snapshot(kvr_ckf_consumer_t *c, uint32_t lane, const struct kvr_
     l->next_chunk = f->chunk_index + 1;
     if (l->next_chunk == f->chunk_count) {
         l->state = KVR_CKF_LANE_READY;
+        note_installed(l);
         set_ready(c, lane, 1);
     }
-    return applied(l, outcome);
+    applied(l, outcome);
+    if (restarted && outcome != NULL)
+        *outcome = KVR_CKF_FEED_RESTARTED;
+    return KVR_OK;
+}
+
+static int is_duplicate(const struct lane *l, const struct kvr_ckf_frame *f)
+{
+    for (uint32_t i = 0; i < l->dup_n; i++)
+        if (l->dup_base[i] == f->base_epoch && l->dup_sum[i] == f->checksum)
+            return 1;
+    return 0;
 }
 
 static int feed_delta(kvr_ckf_consumer_t *c, uint32_t lane, const struct kvr_ckf_frame *f,
@@ -379,8 +444,17 @@ static int feed_delta(kvr_ckf_consumer_t *c, uint32_t lane, const struct kvr_ckf
     struct lane *l = &c->lane[lane];
     if (l->state != KVR_CKF_LANE_READY)
         return ignore(l, outcome); /* needs a snapshot first */
-    if (f->base_epoch < l->epoch)
-        return ignore(l, outcome); /* stale or duplicate */
+    if (f->base_epoch < l->epoch) {
+        if (is_duplicate(l, f))
+            return ignore(l, outcome); /* a re-delivered delta: already applied */
+        /* Behind the installed epoch and not one we applied: a restarted producer counting
+         * from 0 again (its deltas must never be mixed into the old table), or a delta from
+         * before the snapshot delivered after it. Both need a snapshot. */
+        return retire(c, lane, KVR_ESTATE, outcome,
+                      "producer restarted? delta base epoch %llu is behind installed epoch %llu "
+                      "and is not a recently applied delta; snapshot required",
+                      (unsigned long long)f->base_epoch, (unsigned long long)l->epoch);
+    }
     if (f->base_epoch > l->epoch)
         return retire(c, lane, KVR_ESTATE, outcome,
                       "sequence gap: delta base epoch %llu, installed epoch %llu "
@@ -395,6 +469,12 @@ static int feed_delta(kvr_ckf_consumer_t *c, uint32_t lane, const struct kvr_ckf
         kvr_ckf_view_put(&v, b, w); /* one atomic store per bucket */
     }
     l->epoch = f->epoch;
+    note_installed(l);
+    l->dup_base[l->dup_next] = f->base_epoch;
+    l->dup_sum[l->dup_next] = f->checksum;
+    l->dup_next = (l->dup_next + 1) % DUP_WINDOW;
+    if (l->dup_n < DUP_WINDOW)
+        l->dup_n++;
     return applied(l, outcome);
 }
 
@@ -439,6 +519,7 @@ int kvr_ckf_consumer_lane_info(const kvr_ckf_consumer_t *c, uint32_t lane,
     out->dc_worker_id = l->dc_worker_id;
     out->epoch = l->epoch;
     out->retirements = l->retirements;
+    out->restarts = l->restarts;
     out->applied = l->applied;
     out->ignored = l->ignored;
     out->error = l->error;

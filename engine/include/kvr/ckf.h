@@ -99,6 +99,23 @@ uint64_t kvr_ckf_delta(uint16_t fp, uint64_t seed, uint64_t mask);
 /* Full address of a sequence hash (ckf.md §3). Pure, thread-safe. */
 void kvr_ckf_address(uint64_t seq, uint64_t seed, uint64_t mask, struct kvr_ckf_addr *out);
 
+/* ==== gen B addressing (reference) =========================================================== */
+
+/* Gen B ("CKF1" filter.rs @4708833, ckf.md §6), for interoperability checks only: kvrouter's
+ * filters, producer, consumer and index mode all use the gen A addressing above. The CKF1
+ * frames carry bucket images, not hashes, so they are the same for either addressing; a
+ * consumer of a gen B producer's frames would have to probe with these addresses.
+ *   mix(x, s) = x ^= s; x *= 0xff51afd7ed558ccd; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53;
+ *               x ^= x >> 33
+ *   fp = (u16)(mix(h, seed) >> 48) (0 -> 1);  a = mix(h, seed ^ 0xD1B54A32D192ED03) & mask;
+ *   b = a ^ ((mix(fp, seed) & mask) | 1) */
+#define KVR_CKF_GENB_INDEX_SALT 0xD1B54A32D192ED03ULL
+
+uint64_t kvr_ckf_genb_mix(uint64_t x, uint64_t s);
+
+/* Gen B address of hash h in a table of mask + 1 buckets. Pure, thread-safe. */
+void kvr_ckf_genb_address(uint64_t h, uint64_t seed, uint64_t mask, struct kvr_ckf_addr *out);
+
 /* ==== SWAR bucket operations ================================================================= */
 
 /* Flag word: bit 16s+15 set for matching slots (exact in the lowest set flag only). */

@@ -29,10 +29,17 @@
  *                     mismatch ────────┴───────────────────────────────  READY (epoch = E)
  *                                                                          │ delta E -> E+1:
  *                                                                          └─ apply, epoch++
- *   In READY: a delta with base_epoch < epoch is stale (ignored); base_epoch > epoch is a GAP
- *   (a dropped or reordered delta): the lane retires to AWAITING and needs a new snapshot.
- *   A snapshot chunk 0 with epoch >= installed restarts LOADING (resynchronisation); an older
- *   one is ignored. A frame from another producer (dc_worker_id) is ignored, never applied.
+ *   In READY: a delta with base_epoch > epoch is a GAP (a dropped or reordered delta): the lane
+ *   retires to AWAITING and needs a new snapshot. A delta with base_epoch < epoch is ignored
+ *   only if it is a re-delivery of one of the last 16 deltas applied (same base epoch, same body
+ *   checksum); any other delta from behind retires the lane ("producer restarted?"): a producer
+ *   that restarted counts epochs from 0 again, and its deltas must never be applied on top of
+ *   the old table. A snapshot chunk 0 restarts LOADING (resynchronisation); if its epoch is
+ *   behind the highest epoch installed from this producer, the producer restarted (or the
+ *   snapshot is very late): the lane is retired with "producer restarted? ..." as its error,
+ *   the restart is counted, and the snapshot is loaded (outcome KVR_CKF_FEED_RESTARTED).
+ *   The frame format carries no producer generation; epochs going backwards are the signal.
+ *   A frame from another producer (dc_worker_id) is ignored, never applied.
  *   Readiness is published with release semantics and read once per query with acquire
  *   semantics; LOADING and AWAITING lanes are invisible to queries (they answer depth 0).
  *
@@ -124,9 +131,11 @@ enum kvr_ckf_lane_state {
 };
 
 enum kvr_ckf_feed_outcome {
-    KVR_CKF_FEED_APPLIED = 0, /* chunk stored, snapshot completed or delta applied */
-    KVR_CKF_FEED_IGNORED = 1, /* stale, foreign or premature traffic; lane unchanged */
-    KVR_CKF_FEED_RETIRED = 2, /* the lane was retired (see its error) */
+    KVR_CKF_FEED_APPLIED = 0,   /* chunk stored, snapshot completed or delta applied */
+    KVR_CKF_FEED_IGNORED = 1,   /* stale, foreign or premature traffic; lane unchanged */
+    KVR_CKF_FEED_RETIRED = 2,   /* the lane was retired (see its error) */
+    KVR_CKF_FEED_RESTARTED = 3, /* a snapshot from behind (producer restarted?): the lane was
+                                   retired and this chunk started its reload (see its error) */
 };
 
 struct kvr_ckf_lane_info {
@@ -134,6 +143,7 @@ struct kvr_ckf_lane_info {
     uint64_t dc_worker_id; /* bound producer */
     uint64_t epoch;        /* installed sequence (valid in READY) */
     uint64_t retirements;  /* times this lane was retired */
+    uint64_t restarts;     /* snapshots whose epoch went backwards (producer restarts) */
     uint64_t applied;      /* frames applied */
     uint64_t ignored;      /* frames ignored */
     const char *error;     /* last retirement reason ("" if none); valid until the next feed */
@@ -151,9 +161,10 @@ void kvr_ckf_consumer_free(kvr_ckf_consumer_t *c);
 int kvr_ckf_consumer_bind(kvr_ckf_consumer_t *c, uint32_t lane, uint64_t dc_worker_id);
 
 /* Feeds one frame (borrowed) to a lane. Sets *outcome (may be NULL). Returns KVR_OK when applied
- * or ignored; when the lane was retired returns KVR_ECORRUPT (malformed frame, bad checksum) or
- * KVR_ESTATE (gap, seed or shape mismatch, chunk out of order) and the lane's error string says
- * which. KVR_EINVAL for a bad lane number. Writer thread. */
+ * (also a restart's first snapshot chunk) or ignored; when the lane was retired returns
+ * KVR_ECORRUPT (malformed frame, bad checksum) or KVR_ESTATE (gap, delta from behind, seed or
+ * shape mismatch, chunk out of order) and the lane's error string says which. KVR_EINVAL for a
+ * bad lane number. Writer thread. */
 int kvr_ckf_consumer_feed(kvr_ckf_consumer_t *c, uint32_t lane, const uint8_t *buf, size_t len,
                           int *outcome);
 

@@ -48,6 +48,33 @@ START_TEST(test_address_vector)
 }
 END_TEST
 
+/* ckf.md §6 gen B derived vector: seed 0x5DEECE66D1B54A33, mask 1023,
+ * h = 9510318385840434533 -> fp 0xe18e, i1 929, i2 374 (the §10 frame example's bucket). */
+START_TEST(test_genb_address_vector)
+{
+    struct kvr_ckf_addr ad;
+    kvr_ckf_genb_address(9510318385840434533ULL, KVR_CKF_DEFAULT_SEED, 1023, &ad);
+    ck_assert_uint_eq(ad.fp, 0xe18e);
+    ck_assert_uint_eq(ad.a, 929);
+    ck_assert_uint_eq(ad.b, 374);
+    /* the mixer itself: mix(0, 0) = 0; fp = top 16 bits of mix(h, seed) */
+    ck_assert_uint_eq(kvr_ckf_genb_mix(0, 0), 0);
+    ck_assert_uint_eq(kvr_ckf_genb_mix(9510318385840434533ULL, KVR_CKF_DEFAULT_SEED) >> 48, 0xe18e);
+    /* alt is an involution and never maps a bucket to itself, at several table sizes */
+    struct kvr_test_rng r = {kvr_test_seed(66)};
+    for (int i = 0; i < 10000; i++) {
+        uint64_t mask = ((uint64_t)1 << (1 + kvr_test_below(&r, 20))) - 1;
+        kvr_ckf_genb_address(kvr_test_next(&r), KVR_CKF_DEFAULT_SEED, mask, &ad);
+        ck_assert_uint_ne(ad.fp, 0);
+        ck_assert_uint_le(ad.a, mask);
+        ck_assert_uint_le(ad.b, mask);
+        ck_assert_uint_ne(ad.a, ad.b);
+        ck_assert_uint_eq(ad.b ^ ((kvr_ckf_genb_mix(ad.fp, KVR_CKF_DEFAULT_SEED) & mask) | 1),
+                          ad.a);
+    }
+}
+END_TEST
+
 START_TEST(test_splitmix_vector)
 {
     struct kvr_ckf_rng r = {0};
@@ -305,6 +332,7 @@ Suite *ckf_suite(void)
     Suite *s = suite_create("ckf");
     TCase *api = tcase_create("api");
     tcase_add_test(api, test_address_vector);
+    tcase_add_test(api, test_genb_address_vector);
     tcase_add_test(api, test_splitmix_vector);
     tcase_add_test(api, test_sizing);
     tcase_add_test(api, test_swar_lowest_lane);

@@ -251,16 +251,15 @@ static void assert_lane_equals(const kvr_ckf_consumer_t *c, uint32_t lane, struc
                       (unsigned long long)b);
 }
 
-/* producer -> snapshot -> deltas -> consumer converges to the producer's table exactly. */
-START_TEST(test_convergence)
+/* producer -> snapshot -> deltas -> consumer converges to the producer's table exactly, on
+ * every one of `LANES` lanes (one producer per lane, deltas interleaved at random). */
+static void run_convergence(uint32_t LANES, uint64_t seed)
 {
-    uint64_t seed = kvr_test_seed(2718);
     struct kvr_test_rng r = {seed};
-    enum { LANES = 4 };
     const uint64_t nb = 512;
     kvr_ckf_consumer_t *c = NULL;
     ck_assert_int_eq(kvr_ckf_consumer_new(LANES, nb, KVR_CKF_DEFAULT_SEED, &c), KVR_OK);
-    struct pipe pp[LANES];
+    struct pipe pp[KVR_CKF_LANES_MAX];
     for (uint32_t l = 0; l < LANES; l++) {
         pipe_init(&pp[l], nb, 100 + l);
         ck_assert_int_eq(kvr_ckf_consumer_bind(c, l, 100 + l), KVR_OK);
@@ -274,8 +273,8 @@ START_TEST(test_convergence)
         ck_assert_int_eq(feed_snapshot(c, l, &pp[l]), KVR_OK);
         assert_lane_equals(c, l, &pp[l], seed);
     }
-    ck_assert_uint_eq(kvr_ckf_consumer_ready(c), 0xF);
-    for (int batch = 0; batch < 300; batch++) {
+    ck_assert_uint_eq(kvr_ckf_consumer_ready(c), (uint16_t)((1u << LANES) - 1));
+    for (int batch = 0; batch < 75 * (int)LANES; batch++) {
         uint32_t l = (uint32_t)kvr_test_below(&r, LANES);
         int ops = (int)kvr_test_below(&r, 20);
         for (int i = 0; i < ops; i++) {
@@ -303,6 +302,179 @@ START_TEST(test_convergence)
         ck_assert_uint_eq(info.retirements, 0);
         pipe_free(&pp[l]);
     }
+    kvr_ckf_consumer_free(c);
+}
+
+START_TEST(test_convergence)
+{
+    run_convergence(4, kvr_test_seed(2718));
+}
+END_TEST
+
+/* The consumer at its full width: 16 lanes, 16 producers. Each lane converges to its producer;
+ * then each producer holds a different prefix of one request (lane l: 3l + 1 blocks) and a
+ * search over the request's local hashes answers every lane at once (>= its prefix: no false
+ * negative; the exact depth unless a false positive). Retiring one lane (a gap) zeroes only
+ * that lane's answer. */
+START_TEST(test_sixteen_lanes)
+{
+    uint64_t seed = kvr_test_seed(1616);
+    run_convergence(KVR_CKF_LANES_MAX, seed);
+    enum { LANES = KVR_CKF_LANES_MAX, N = 3 * LANES + 4 };
+    const uint64_t nb = 256;
+    kvr_ckf_consumer_t *c = NULL;
+    ck_assert_int_eq(kvr_ckf_consumer_new(LANES, nb, KVR_CKF_DEFAULT_SEED, &c), KVR_OK);
+    uint64_t locals[N], seq[N];
+    for (int i = 0; i < N; i++)
+        locals[i] = kvr_hash_xxh3(&seed, sizeof(seed), (uint64_t)i);
+    kvr_hash_chain(locals, N, seq);
+    struct pipe pp[LANES];
+    for (uint32_t l = 0; l < LANES; l++) {
+        pipe_init(&pp[l], nb, 500 + l);
+        ck_assert_int_eq(kvr_ckf_consumer_bind(c, l, 500 + l), KVR_OK);
+        ck_assert_int_eq(feed_snapshot(c, l, &pp[l]), KVR_OK);
+        ck_assert_int_eq(kvr_ckf_producer_store(pp[l].p, 1, 0, seq, 3 * l + 1, NULL), KVR_OK);
+        size_t len = cut_delta(&pp[l]);
+        ck_assert_int_eq(kvr_ckf_consumer_feed(c, l, pp[l].buf, len, NULL), KVR_OK);
+    }
+    ck_assert_uint_eq(kvr_ckf_consumer_ready(c), 0xFFFF);
+    uint32_t d[KVR_CKF_LANES_MAX];
+    ck_assert_int_eq(kvr_ckf_consumer_search_locals(c, locals, N, 8, d), KVR_OK);
+    int exact = 0;
+    for (uint32_t l = 0; l < LANES; l++) {
+        ck_assert_uint_ge(d[l], 3 * l + 1);
+        exact += d[l] == 3 * l + 1;
+    }
+    ck_assert_int_ge(exact, LANES - 1); /* FPR ~ 1e-4 per probe: at most one lucky lane */
+    /* lane 9 loses a delta: only lane 9 stops answering */
+    uint64_t extra = 12345;
+    kvr_ckf_producer_store(pp[9].p, 1, 0, &extra, 1, NULL);
+    cut_delta(&pp[9]);
+    kvr_ckf_producer_store(pp[9].p, 1, 0, &extra, 1, NULL);
+    extra++;
+    kvr_ckf_producer_store(pp[9].p, 1, 0, &extra, 1, NULL);
+    size_t len = cut_delta(&pp[9]);
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 9, pp[9].buf, len, NULL), KVR_ESTATE);
+    ck_assert_uint_eq(kvr_ckf_consumer_ready(c), (uint16_t)(0xFFFF & ~(1u << 9)));
+    uint32_t d2[KVR_CKF_LANES_MAX];
+    ck_assert_int_eq(kvr_ckf_consumer_search_locals(c, locals, N, 8, d2), KVR_OK);
+    for (uint32_t l = 0; l < LANES; l++)
+        ck_assert_uint_eq(d2[l], l == 9 ? 0 : d[l]);
+    for (uint32_t l = 0; l < LANES; l++)
+        pipe_free(&pp[l]);
+    kvr_ckf_consumer_free(c);
+}
+END_TEST
+
+/* A producer restart: epochs start again from 0. Its deltas are never mixed into the old
+ * table (the first one retires the lane: "producer restarted?"), and its snapshot, although
+ * its epoch is behind the installed one, is accepted: the lane reloads and serves the new
+ * producer's table. Also when the restart's snapshot arrives first, on a READY lane. A
+ * re-delivered recent delta stays a harmless duplicate. */
+START_TEST(test_producer_restart)
+{
+    const uint64_t nb = 64;
+    kvr_ckf_consumer_t *c = NULL;
+    ck_assert_int_eq(kvr_ckf_consumer_new(2, nb, KVR_CKF_DEFAULT_SEED, &c), KVR_OK);
+    struct pipe old, neu;
+    pipe_init(&old, nb, 5);
+    kvr_ckf_consumer_bind(c, 0, 5);
+    ck_assert_int_eq(feed_snapshot(c, 0, &old), KVR_OK);
+    int outcome;
+    uint8_t last[256], first[256];
+    size_t last_len = 0, first_len = 0;
+    for (uint64_t h = 1; h <= 10; h++) {
+        kvr_ckf_producer_store(old.p, 1, 0, &h, 1, NULL);
+        last_len = cut_delta(&old);
+        memcpy(last, old.buf, last_len);
+        if (h == 1)
+            memcpy(first, old.buf, first_len = last_len);
+        ck_assert_int_eq(kvr_ckf_consumer_feed(c, 0, old.buf, last_len, &outcome), KVR_OK);
+        ck_assert_int_eq(outcome, KVR_CKF_FEED_APPLIED);
+    }
+    struct kvr_ckf_lane_info info;
+    kvr_ckf_consumer_lane_info(c, 0, &info);
+    ck_assert_uint_eq(info.epoch, 10);
+    /* a re-delivery of the last delta: duplicate, ignored */
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 0, last, last_len, &outcome), KVR_OK);
+    ck_assert_int_eq(outcome, KVR_CKF_FEED_IGNORED);
+
+    /* the producer restarts (same identity, epoch 0) and holds other blocks */
+    pipe_init(&neu, nb, 5);
+    uint64_t h = 1000;
+    kvr_ckf_producer_store(neu.p, 1, 0, &h, 1, NULL);
+    size_t len = cut_delta(&neu); /* delta 0 -> 1 */
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 0, neu.buf, len, &outcome), KVR_ESTATE);
+    ck_assert_int_eq(outcome, KVR_CKF_FEED_RETIRED);
+    kvr_ckf_consumer_lane_info(c, 0, &info);
+    ck_assert_msg(strstr(info.error, "producer restarted?") != NULL, "'%s'", info.error);
+    ck_assert_int_eq(info.state, KVR_CKF_LANE_AWAITING);
+    ck_assert_uint_eq(kvr_ckf_consumer_ready(c), 0);
+    ck_assert_uint_eq(info.retirements, 1);
+    /* its snapshot (epoch 1 < 10) is accepted: the restart is counted, the lane reloads */
+    size_t slen;
+    ck_assert_int_eq(kvr_ckf_producer_snapshot(neu.p, 0, neu.buf, neu.cap, &slen), KVR_OK);
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 0, neu.buf, slen, &outcome), KVR_OK);
+    ck_assert_int_eq(outcome, KVR_CKF_FEED_RESTARTED);
+    kvr_ckf_consumer_lane_info(c, 0, &info);
+    ck_assert_int_eq(info.state, KVR_CKF_LANE_READY);
+    ck_assert_uint_eq(info.epoch, 1);
+    ck_assert_uint_eq(info.restarts, 1);
+    ck_assert_uint_eq(info.retirements, 1); /* it was retired already */
+    ck_assert_msg(strstr(info.error, "producer restarted?") != NULL, "'%s'", info.error);
+    assert_lane_equals(c, 0, &neu, 0);
+    uint32_t d[16];
+    uint64_t one = 1;
+    kvr_ckf_consumer_search(c, &h, 1, 8, d);
+    ck_assert_uint_eq(d[0], 1);
+    kvr_ckf_consumer_search(c, &one, 1, 8, d); /* the old producer's block is gone */
+    ck_assert_uint_eq(d[0], 0);
+    /* the new producer's deltas apply from its own epochs */
+    h++;
+    kvr_ckf_producer_store(neu.p, 1, 0, &h, 1, NULL);
+    len = cut_delta(&neu);
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 0, neu.buf, len, &outcome), KVR_OK);
+    ck_assert_int_eq(outcome, KVR_CKF_FEED_APPLIED);
+    assert_lane_equals(c, 0, &neu, 0);
+    /* a stale delta of the OLD producer (base 0, behind epoch 2, not one the lane applied since
+     * the restart): retires */
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 0, first, first_len, &outcome), KVR_ESTATE);
+    kvr_ckf_consumer_lane_info(c, 0, &info);
+    ck_assert_ptr_nonnull(strstr(info.error, "producer restarted?"));
+    ck_assert_int_eq(feed_snapshot(c, 0, &neu), KVR_OK); /* epoch 2: no restart */
+    kvr_ckf_consumer_lane_info(c, 0, &info);
+    ck_assert_uint_eq(info.restarts, 1);
+    ck_assert_int_eq(info.state, KVR_CKF_LANE_READY);
+
+    /* lane 1: the restart's snapshot arrives first, on a READY lane */
+    struct pipe a, b;
+    pipe_init(&a, nb, 8);
+    pipe_init(&b, nb, 8);
+    kvr_ckf_consumer_bind(c, 1, 8);
+    ck_assert_int_eq(feed_snapshot(c, 1, &a), KVR_OK);
+    for (uint64_t k = 1; k <= 3; k++) {
+        kvr_ckf_producer_store(a.p, 1, 0, &k, 1, NULL);
+        len = cut_delta(&a);
+        ck_assert_int_eq(kvr_ckf_consumer_feed(c, 1, a.buf, len, NULL), KVR_OK);
+    }
+    ck_assert_uint_eq(kvr_ckf_consumer_ready(c), 3);
+    uint64_t k = 77;
+    kvr_ckf_producer_store(b.p, 1, 0, &k, 1, NULL);
+    cut_delta(&b); /* lost in the restart */
+    ck_assert_int_eq(kvr_ckf_producer_snapshot(b.p, 0, b.buf, b.cap, &slen), KVR_OK);
+    ck_assert_int_eq(kvr_ckf_consumer_feed(c, 1, b.buf, slen, &outcome), KVR_OK);
+    ck_assert_int_eq(outcome, KVR_CKF_FEED_RESTARTED);
+    kvr_ckf_consumer_lane_info(c, 1, &info);
+    ck_assert_uint_eq(info.retirements, 1);
+    ck_assert_uint_eq(info.restarts, 1);
+    ck_assert_uint_eq(info.epoch, 1);
+    ck_assert_int_eq(info.state, KVR_CKF_LANE_READY);
+    assert_lane_equals(c, 1, &b, 0);
+    ck_assert_uint_eq(kvr_ckf_consumer_ready(c), 3);
+    pipe_free(&a);
+    pipe_free(&b);
+    pipe_free(&old);
+    pipe_free(&neu);
     kvr_ckf_consumer_free(c);
 }
 END_TEST
@@ -570,10 +742,12 @@ Suite *ckf_frame_suite(void)
     tcase_add_test(edge, test_gap_and_reorder);
     tcase_add_test(edge, test_retire_on_bad_frames);
     tcase_add_test(edge, test_chunk_order);
+    tcase_add_test(edge, test_producer_restart);
     suite_add_tcase(s, edge);
     TCase *oracle = tcase_create("oracle");
     tcase_set_timeout(oracle, 300);
     tcase_add_test(oracle, test_convergence);
+    tcase_add_test(oracle, test_sixteen_lanes);
     suite_add_tcase(s, oracle);
     TCase *conc = tcase_create("concurrency");
     tcase_set_timeout(conc, 300);
