@@ -7,7 +7,16 @@
  * where index is the event's position in the body; decode errors name the field path, apply
  * errors use Dynamo's names (ParentBlockNotFound, BlockNotFound, ...). A body that is not JSON
  * at all is a 400. The model is "M" or "M:tenant" (default: the model "default").
+ *
+ * Where the work runs: a body below EVENTS_INLINE_BYTES is decoded and applied on the HTTP
+ * thread that received it (microseconds to a millisecond). A larger one (up to --max-body, 8 MiB
+ * by default: a second or so of decoding) would stall every other connection of that thread, so
+ * it is moved out of the request (one copy) into a job for the control thread (thread.h), which
+ * answers through the thread's queue; the thread's own counters are updated when the answer
+ * comes back. Both paths share events_run, so they answer byte for byte the same.
  */
+#include <event2/buffer.h>
+#include <event2/http.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +26,9 @@
 #include "kvr/err.h"
 #include "kvr/event_json.h"
 #include "server.h"
+#include "thread.h"
+
+#define EVENTS_INLINE_BYTES (128u << 10)
 
 struct rejected {
     size_t index;
@@ -30,32 +42,37 @@ static int by_index(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-void srv_api_events(struct srv_hreq *h)
+/* Writes {"error": msg} into out; returns status. */
+static int error_body(struct kvr_buf *out, int status, const char *msg)
 {
-    struct srv *s = h->t->srv;
-    struct srv_thread *t = h->t;
-    char model[256] = "default";
-    srv_query_param(h, "model", model, sizeof(model));
-    struct srv_model *m = srv_models_find_spec(&s->models, model, strlen(model));
-    if (m == NULL) {
-        srv_reply_error(h, 404, "no model '%s' (query parameter model=NAME[:TENANT])", model);
-        return;
-    }
-    size_t len;
-    const char *body = srv_body(h, &len);
+    struct srv_jw w;
+    kvr_buf_reset(out);
+    srv_jw_init(&w, out);
+    srv_jw_raw(&w, "{\"error\":");
+    srv_jw_cstr(&w, msg);
+    srv_jw_char(&w, '}');
+    return w.err == KVR_OK ? status : 503;
+}
+
+/* Decodes body[0..len) and applies it to m; writes the JSON answer (or {"error"}) into out
+ * (reset first) and the counts into *applied / *rejected. Returns the HTTP status (503 when
+ * out of memory, out then possibly empty). Any thread. */
+static int events_run(struct srv_model *m, const char *body, size_t len, struct kvr_buf *out,
+                      uint64_t *applied, uint64_t *rejected)
+{
+    *applied = *rejected = 0;
     struct kvr_event_list l;
     kvr_event_list_init(&l);
     size_t cap = 256;
     struct kvr_event_json_error *errs = NULL;
     struct kvr_event_json_report rep;
-    int rc;
+    int rc, status;
     for (;;) { /* decode; again with room for every error if there were more than cap */
         free(errs);
         errs = malloc(cap * sizeof(*errs));
         if (errs == NULL) {
-            srv_reply_error(h, 503, "out of memory");
             kvr_event_list_free(&l);
-            return;
+            return error_body(out, 503, "out of memory");
         }
         memset(&rep, 0, sizeof(rep));
         rep.errors = errs;
@@ -67,11 +84,13 @@ void srv_api_events(struct srv_hreq *h)
         cap = rep.failed;
     }
     if (rc == KVR_ECORRUPT) {
-        srv_reply_error(h, 400, "%s", rep.n_errors ? errs[0].msg : "the body is not JSON");
+        status = error_body(out, 400, rep.n_errors ? errs[0].msg : "the body is not JSON");
         goto out;
     }
     if (rc != KVR_OK) {
-        srv_reply_kvr(h, rc, "cannot decode the events: %s", kvr_strerror(rc));
+        char msg[160];
+        snprintf(msg, sizeof(msg), "cannot decode the events: %s", kvr_strerror(rc));
+        status = error_body(out, srv_status_of(rc), msg);
         goto out;
     }
     int *results = l.n ? malloc(l.n * sizeof(*results)) : NULL;
@@ -79,7 +98,7 @@ void srv_api_events(struct srv_hreq *h)
     if ((l.n && results == NULL) || rej == NULL) {
         free(results);
         free(rej);
-        srv_reply_error(h, 503, "out of memory");
+        status = error_body(out, 503, "out of memory");
         goto out;
     }
     size_t failed_apply = l.n ? kvr_index_apply_batch(m->index, l.ev, l.n, results) : 0;
@@ -100,13 +119,13 @@ void srv_api_events(struct srv_hreq *h)
             rej[nrej++] = (struct rejected){bi, results[k], NULL};
     }
     qsort(rej, nrej, sizeof(*rej), by_index);
-    srv_stat_add(&t->st.events_applied, l.n - failed_apply);
-    srv_stat_add(&t->st.events_rejected, rep.failed + failed_apply);
+    *applied = l.n - failed_apply;
+    *rejected = rep.failed + failed_apply;
     srv_stat_add_shared(&m->http_events, l.n - failed_apply);
 
     struct srv_jw w;
-    kvr_buf_reset(&t->out);
-    srv_jw_init(&w, &t->out);
+    kvr_buf_reset(out);
+    srv_jw_init(&w, out);
     srv_jw_raw(&w, "{\"applied\":");
     srv_jw_u64(&w, l.n - failed_apply);
     srv_jw_raw(&w, ",\"rejected\":[");
@@ -122,8 +141,68 @@ void srv_api_events(struct srv_hreq *h)
     srv_jw_raw(&w, "]}");
     free(results);
     free(rej);
-    srv_reply_out(h, 200, w.err);
+    status = w.err == KVR_OK ? 200 : error_body(out, 503, "out of memory");
 out:
     free(errs);
     kvr_event_list_free(&l);
+    return status;
+}
+
+/* ==== the control-thread job ================================================================== */
+
+static void events_job_run(struct srv_control *c, struct srv_job *j)
+{
+    (void)c;
+    j->status = events_run(j->ctx, j->arg, j->arg_len, &j->body, &j->counts[0], &j->counts[1]);
+}
+
+static void events_job_done(struct srv_thread *t, struct srv_job *j)
+{
+    srv_stat_add(&t->st.events_applied, j->counts[0]);
+    srv_stat_add(&t->st.events_rejected, j->counts[1]);
+}
+
+/* Hands the body to the control thread (moved out of the request into the job). */
+static void events_submit(struct srv_hreq *h, struct srv_model *m, size_t len)
+{
+    struct srv_job *j = srv_job_new(NULL, len);
+    struct evbuffer *in = evhttp_request_get_input_buffer(h->req);
+    if (j == NULL || evbuffer_remove(in, j->arg, len) != (int)len) {
+        if (j != NULL)
+            srv_job_free(j);
+        srv_reply_error(h, 503, "out of memory");
+        return;
+    }
+    j->ctx = m;
+    j->run = events_job_run;
+    j->done = events_job_done;
+    srv_stat_add(&h->t->st.jobs_events, 1);
+    srv_job_submit(h, j);
+}
+
+/* ==== POST /v1/events ========================================================================= */
+
+void srv_api_events(struct srv_hreq *h)
+{
+    struct srv *s = h->t->srv;
+    struct srv_thread *t = h->t;
+    char model[256] = "default";
+    srv_query_param(h, "model", model, sizeof(model));
+    struct srv_model *m = srv_models_find_spec(&s->models, model, strlen(model));
+    if (m == NULL) {
+        srv_reply_error(h, 404, "no model '%s' (query parameter model=NAME[:TENANT])", model);
+        return;
+    }
+    size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(h->req));
+    if (len >= EVENTS_INLINE_BYTES && len <= INT32_MAX) {
+        events_submit(h, m, len);
+        return;
+    }
+    const char *body = srv_body(h, &len);
+    uint64_t applied, rejected;
+    int status = events_run(m, body, len, &t->out, &applied, &rejected);
+    srv_stat_add(&t->st.events_applied, applied);
+    srv_stat_add(&t->st.events_rejected, rejected);
+    srv_reply(h, status, NULL, t->out.data, t->out.len);
+    kvr_buf_reset(&t->out);
 }

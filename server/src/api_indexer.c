@@ -15,6 +15,7 @@
 #include "kvr/hash.h"
 #include "registry.h"
 #include "server.h"
+#include "thread.h"
 
 #define MAX_QUERY_BLOCKS (1u << 20)
 
@@ -394,14 +395,18 @@ void srv_api_query_by_hash(struct srv_hreq *h)
     query(h, 1);
 }
 
-/* ==== GET /dump =============================================================================== */
+/* ==== GET /dump ===============================================================================
+ *
+ * {"<model key>": {"block_size": n, "events": [RouterEvent, ...]}, ...}: every model's index as
+ * the events that rebuild it. A large index takes long to dump and its text is large, so the
+ * dump is built on the control thread (a job, thread.h) while this thread keeps serving its
+ * other connections; the text goes out without a copy. */
 
-void srv_api_dump(struct srv_hreq *h)
+static void dump_run(struct srv_control *c, struct srv_job *j)
 {
-    struct srv *s = h->t->srv;
-    struct kvr_buf *o = &h->t->out;
+    struct srv *s = srv_control_server(c);
+    struct kvr_buf *o = &j->body;
     struct srv_jw w;
-    kvr_buf_reset(o);
     srv_jw_init(&w, o);
     srv_jw_char(&w, '{');
     size_t nmodels = srv_models_count(&s->models);
@@ -428,5 +433,23 @@ void srv_api_dump(struct srv_hreq *h)
         kvr_event_list_free(&l);
     }
     srv_jw_char(&w, '}');
-    srv_reply_out(h, 200, w.err);
+    if (w.err != KVR_OK) {
+        kvr_buf_free(o);
+        kvr_buf_append_str(o, "{\"error\":\"out of memory while building the dump\"}");
+        j->status = 503;
+        return;
+    }
+    j->status = 200;
+}
+
+void srv_api_dump(struct srv_hreq *h)
+{
+    struct srv_job *j = srv_job_new(NULL, 0);
+    if (j == NULL) {
+        srv_reply_error(h, 503, "out of memory");
+        return;
+    }
+    j->run = dump_run;
+    srv_stat_add(&h->t->st.jobs_dump, 1);
+    srv_job_submit(h, j);
 }

@@ -318,13 +318,14 @@ struct srv_job *srv_job_new(const char *arg, size_t arg_len)
     if (j == NULL)
         return NULL;
     kvr_buf_init(&j->body, NULL);
-    if (arg != NULL) {
+    if (arg != NULL || arg_len > 0) {
         j->arg = malloc(arg_len + 1);
         if (j->arg == NULL) {
             free(j);
             return NULL;
         }
-        memcpy(j->arg, arg, arg_len);
+        if (arg != NULL)
+            memcpy(j->arg, arg, arg_len);
         j->arg[arg_len] = '\0';
         j->arg_len = arg_len;
     }
@@ -353,18 +354,53 @@ static void job_kill(struct srv_live *l)
     j->gone = 1;
 }
 
+/* Bodies from this size on leave as a reference to the job's buffer (no copy on the HTTP
+ * thread); the job is freed when libevent has sent them. */
+#define JOB_REF_BYTES (64u << 10)
+
+static void job_body_sent(const void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    srv_job_free(arg);
+}
+
+/* Replies with j->body moved into the reply (j is then owned by the output buffer). 0, or -1
+ * if it could not (nothing sent; j still ours). */
+static int job_reply_by_ref(struct srv_job *j)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL)
+        return -1;
+    if (evbuffer_add_reference(b, j->body.data, j->body.len, job_body_sent, j) != 0) {
+        evbuffer_free(b);
+        return -1;
+    }
+    srv_reply_header(&j->h, "Content-Type", "application/json");
+    srv_reply_evbuf(&j->h, j->status, NULL, b); /* moves the reference out of b */
+    evbuffer_free(b); /* empty now; a reference still in it would be released here */
+    return 0;
+}
+
 /* Back on the requesting thread. */
 static void job_answer(void *ctx, void *arg)
 {
     struct srv_job *j = arg;
     (void)ctx;
     srv_live_del(&j->live);
+    if (j->done != NULL)
+        j->done(j->h.t, j);
     if (!j->gone && !srv_mq_closing(&j->h.t->mq)) {
         srv_unwatch(&j->h);
-        if (j->status >= 400 && j->body.len == 0)
+        if (j->status >= 400 && j->body.len == 0) {
             srv_reply_error(&j->h, j->status, "admin action failed");
-        else
+        } else if (j->body.len >= JOB_REF_BYTES) {
+            if (job_reply_by_ref(j) == 0)
+                return; /* freed once sent */
+            srv_reply_error(&j->h, 503, "out of memory");
+        } else {
             srv_reply(&j->h, j->status, NULL, j->body.data, j->body.len);
+        }
     }
     srv_job_free(j);
 }

@@ -507,6 +507,16 @@ void srv_api_metrics(struct srv_hreq *h)
         srv_prom_u64(&p, "kvrouter_http_events_total", l1, 1, SUM(s, events_applied));
         srv_prom_u64(&p, "kvrouter_http_events_total", l2, 1, SUM(s, events_rejected));
     }
+    srv_prom_header(&p, "kvrouter_control_jobs_total", "counter",
+                    "Requests whose work ran on the control thread so the HTTP thread kept "
+                    "serving, by kind (large /v1/events bodies, /dump; admin actions are not "
+                    "counted here).");
+    {
+        struct srv_prom_label l1[1] = {{"kind", "events"}};
+        struct srv_prom_label l2[1] = {{"kind", "dump"}};
+        srv_prom_u64(&p, "kvrouter_control_jobs_total", l1, 1, SUM(s, jobs_events));
+        srv_prom_u64(&p, "kvrouter_control_jobs_total", l2, 1, SUM(s, jobs_dump));
+    }
 
     model_families(&p, s);
 

@@ -83,6 +83,8 @@ struct srv_tstats {
     _Atomic uint64_t tokenize_bytes;
     _Atomic uint64_t events_applied; /* POST /v1/events */
     _Atomic uint64_t events_rejected;
+    _Atomic uint64_t jobs_events; /* large /v1/events bodies handed to the control thread */
+    _Atomic uint64_t jobs_dump;   /* GET /dump built on the control thread */
 };
 
 /* Histogram layouts (static tables). */

@@ -34,7 +34,9 @@ void srv_control_free(struct srv_control *c);
 int srv_control_post(struct srv_control *c, void (*fn)(void *ctl, void *arg), void *arg);
 struct srv *srv_control_server(struct srv_control *c);
 
-/* An admin job: runs on the control thread, answered on the requesting thread. */
+/* A job: work too long or too blocking for an HTTP thread's loop (admin actions, GET /dump,
+ * large /v1/events bodies) runs on the control thread and is answered on the requesting thread,
+ * whose other connections keep being served meanwhile. */
 struct srv_job {
     struct srv_live live;        /* on the requesting thread's list */
     struct srv_conn_watch watch; /* the client may leave meanwhile */
@@ -42,14 +44,20 @@ struct srv_job {
     int gone;                    /* the client left, or the thread is exiting */
     /* control thread: do the work, set status and body (JSON) */
     void (*run)(struct srv_control *c, struct srv_job *j);
+    /* optional, back on the requesting thread before the reply (also when the client left):
+     * bookkeeping only that thread may do, e.g. its own counters from `counts` */
+    void (*done)(struct srv_thread *t, struct srv_job *j);
     int status;
-    struct kvr_buf body;
-    char *arg; /* input text (owned, may be NULL) */
+    struct kvr_buf body; /* large bodies are handed to the reply without a copy */
+    char *arg;           /* input text (owned, may be NULL) */
     size_t arg_len;
-    char param[256]; /* a query parameter for run (e.g. the model) */
+    void *ctx;          /* borrowed input for run (e.g. the model), may be NULL */
+    uint64_t counts[4]; /* results for done */
+    char param[256];    /* a query parameter for run (e.g. the model) */
 };
 
-/* Allocates a job for h (arg copied). NULL on OOM. */
+/* Allocates a job (arg[0..arg_len) copied, NUL-terminated; arg NULL with arg_len > 0 leaves
+ * arg_len bytes uninitialised for the caller to fill). NULL on OOM. */
 struct srv_job *srv_job_new(const char *arg, size_t arg_len);
 /* Frees a job that was never submitted. */
 void srv_job_free(struct srv_job *j);
