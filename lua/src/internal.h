@@ -83,19 +83,25 @@ struct kvr_ffi_vm {
 
 enum lstate_ref { REF_TRACEBACK, REF_ADD, REF_DECIDE, REF_RESPOND, REF_EVENT, REF_SELFTEST, REF_N };
 
+/* The bottom of every state's stack between calls (pushed by lstate_new): whoever runs Lua at
+ * the state's base level leaves the stack at FIX_N. */
+enum lstate_fixed { FIX_TRACEBACK = 1, FIX_DECIDE = 2, FIX_N = 2 };
+
 struct lstate {
     lua_State *L;
     size_t used, cap, peak; /* allocator accounting (bytes) */
     uint64_t oom_refusals;  /* allocations refused by the cap */
+    uint64_t allocated;     /* bytes ever allocated or grown into (monotonic) */
     uint64_t deadline_ns;   /* wall-clock budget end; 0: no deadline armed */
     uint64_t grace_ns;      /* thread CPU time allowed past deadline_ns */
     uint64_t cpu_limit_ns;  /* thread CPU time limit once in grace; 0: not yet */
     uint64_t cpu_sample_ns; /* thread CPU time at cpu_sample_wall_ns (refreshed per budget) */
     uint64_t cpu_sample_wall_ns;
-    int timed_out;       /* the budget was exceeded during the current call */
-    uint32_t hook_count; /* count-hook period */
-    int refs[REF_N];     /* registry references (luaL_ref) */
-    unsigned *hooks;     /* per slot: the hook bits R.add_policy returned */
+    int timed_out;          /* the budget was exceeded during the current call */
+    uint32_t hook_count;    /* count-hook period */
+    uint64_t coarse_res_ns; /* resolution of CLOCK_MONOTONIC_COARSE */
+    int refs[REF_N];        /* registry references (luaL_ref) */
+    unsigned *hooks;        /* per slot: the hook bits R.add_policy returned */
     size_t n_slots;
     struct kvr_ffi_vm fv;
     struct kvr_ffi_call call;
@@ -118,9 +124,40 @@ int lstate_add_policy(struct lstate *s, const struct policy_def *p, size_t slot,
  * leaves nothing and copies the message to err. Maps the outcome to a kvr_lua_status. */
 int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
                  size_t err_len);
-/* As lstate_pcall; *elapsed_ns receives the wall time the call took. */
+/* As lstate_pcall; *elapsed_ns receives the wall time the call took (coarse clock: its tick
+ * resolution, e.g. 4 ms; sums over many calls are unbiased). */
 int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
                        size_t err_len, uint64_t *elapsed_ns);
+
+/* Points s->call at a request: its numbers copied, n candidates, up to out_cap ranked entries
+ * (clamped to 1..KVR_FFI_RANKED_MAX). The slot and the other pointers are the caller's. */
+static inline void lstate_set_request(struct lstate *s, const struct kvr_ffi_request *req,
+                                      const struct kvr_ffi_candidate *cands, size_t n,
+                                      size_t out_cap)
+{
+    struct kvr_ffi_call *c = &s->call;
+    c->req = req;
+    c->cands = cands;
+    c->n = (uint32_t)n;
+    if (out_cap > n)
+        out_cap = n;
+    if (out_cap > KVR_FFI_RANKED_MAX)
+        out_cap = KVR_FFI_RANKED_MAX;
+    c->out_cap = out_cap ? (uint32_t)out_cap : 1;
+    c->overlap_weight = req->overlap_weight;
+    c->temperature = req->temperature;
+    c->tokens = req->tokens;
+    c->blocks = req->blocks;
+    c->block_size = req->block_size;
+    c->priority = req->priority;
+}
+
+/* One decision through the state's fixed stack slots (the hot path): runs R.decide for
+ * s->call (set with lstate_set_request, slot set) under budget_ns. KVR_LUA_OK with *n_ranked
+ * (1..out_cap) entries in s->call.ranked; else the status (INVALID when the choice was refused)
+ * with the message in err. *elapsed_ns as lstate_pcall_timed. Base level only. */
+int lstate_decide(struct lstate *s, uint64_t budget_ns, size_t *n_ranked, uint64_t *elapsed_ns,
+                  char *err, size_t err_len);
 
 /* 1 if the current call has exhausted its budget (then it stays exhausted until disarmed):
  * wall-clock deadline passed, then its grace of thread CPU time used up, or the hard stop.

@@ -35,7 +35,6 @@ struct synthetic {
     uint64_t seqs[MAX_SYN_BLOCKS];
     struct kvr_ffi_candidate c[MAX_SYN_CANDS];
     char urls[MAX_SYN_CANDS][32];
-    uint32_t out[8];
 };
 
 static const size_t SIZES[] = {1, 2, 3, 8, 64, 256};
@@ -119,27 +118,16 @@ static int synthetic_decisions(kvr_lua_runtime_t *rt, struct lstate *s, const ch
     int status = KVR_LUA_OK;
     for (unsigned k = 0; k < rt->cfg.synthetic_decisions; k++) {
         size_t n = synthesize(syn, &rng, k);
-        s->call.req = &syn->req;
-        s->call.cands = syn->c;
-        s->call.n = (uint32_t)n;
-        s->call.out = syn->out;
-        s->call.out_cap = n < 8 ? (uint32_t)n : 8;
+        lstate_set_request(s, &syn->req, syn->c, n, 8);
         s->call.slot = 0;
-        lua_rawgeti(s->L, LUA_REGISTRYINDEX, s->refs[REF_DECIDE]);
         char msg[ERR_CAP];
         uint64_t left = t_end > kvr_lua_now_ns() ? t_end - kvr_lua_now_ns() : 1;
         /* A trusted policy runs compiled in production: allow the interpreter 4x here. */
         uint64_t per = trusted ? rt->cfg.budget_ns * 4 : rt->cfg.budget_ns;
         uint64_t budget = left < per ? left : per;
-        int st = lstate_pcall(s, 0, 2, budget, msg, sizeof(msg));
-        if (st == KVR_LUA_OK) {
-            if (lua_tointeger(s->L, -2) <= 0) {
-                st = KVR_LUA_INVALID;
-                const char *why = lua_tostring(s->L, -1);
-                snprintf(msg, sizeof(msg), "%s", why ? why : "invalid choice");
-            }
-            lua_settop(s->L, 0);
-        }
+        size_t got;
+        uint64_t elapsed;
+        int st = lstate_decide(s, budget, &got, &elapsed, msg, sizeof(msg));
         if (st != KVR_LUA_OK) {
             snprintf(err, err_len, "synthetic decision %u (%zu candidates, %u tokens): %s: %s", k,
                      n, syn->req.tokens, kvr_lua_status_name(st), msg);
@@ -149,7 +137,6 @@ static int synthetic_decisions(kvr_lua_runtime_t *rt, struct lstate *s, const ch
     }
     s->call.req = NULL;
     s->call.cands = NULL;
-    s->call.out = NULL;
     s->call.n = 0;
     free(syn);
     return status;

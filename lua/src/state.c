@@ -34,6 +34,8 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
     if (q == NULL)
         return nsize <= osize ? ptr : NULL; /* Lua assumes a shrink never fails */
     s->used = s->used - osize + nsize;
+    if (nsize > osize)
+        s->allocated += nsize - osize;
     if (s->used > s->peak)
         s->peak = s->used;
     return q;
@@ -146,6 +148,46 @@ static void disarm(struct lstate *s)
         lua_sethook(s->L, budget_hook, LUA_MASKCOUNT, (int)s->hook_count);
 }
 
+/* Coarse monotonic time (the value the kernel updates every tick: ~4 ns to read, against ~20 ns
+ * for CLOCK_MONOTONIC). Calls are armed and timed with it; the hook compares the precise clock
+ * with a deadline one coarse resolution later than the budget asks, so a call always gets at
+ * least its budget (and at most one tick more). */
+static uint64_t coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Arms the budget for one call; returns its (coarse) start time. */
+static uint64_t arm(struct lstate *s, uint64_t budget_ns)
+{
+    s->timed_out = 0;
+    s->cpu_limit_ns = 0;
+    s->grace_ns = budget_ns / GRACE_DIV;
+    uint64_t now = coarse_ns();
+    s->deadline_ns = budget_ns ? now + budget_ns + s->coarse_res_ns : 0;
+    if (budget_ns != 0 && now - s->cpu_sample_wall_ns > budget_ns) {
+        s->cpu_sample_ns = thread_cpu_ns(); /* ~0.4 us, at most once per budget of wall time */
+        s->cpu_sample_wall_ns = now;
+    }
+    return now;
+}
+
+/* The error text of a failed call (on the stack top) or of a swallowed timeout. */
+static void call_error(struct lstate *s, int rc, int status, char *err, size_t err_len)
+{
+    if (rc != 0) {
+        const char *msg = lua_tostring(s->L, -1);
+        if (status == KVR_LUA_ETIMEDOUT && (msg == NULL || strstr(msg, "time budget") == NULL))
+            copy_err(err, err_len, "time budget exceeded");
+        else
+            copy_err(err, err_len, msg);
+    } else { /* timed out, yet the policy swallowed every error */
+        copy_err(err, err_len, "time budget exceeded (the policy caught the timeout error)");
+    }
+}
+
 int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
                  size_t err_len)
 {
@@ -160,32 +202,46 @@ int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns
     int base = lua_gettop(L) - nargs; /* the function */
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->refs[REF_TRACEBACK]);
     lua_insert(L, base);
-    s->timed_out = 0;
-    s->cpu_limit_ns = 0;
-    s->grace_ns = budget_ns / GRACE_DIV;
-    uint64_t now = kvr_lua_now_ns();
-    s->deadline_ns = budget_ns ? now + budget_ns : 0;
-    if (budget_ns != 0 && now - s->cpu_sample_wall_ns > budget_ns) {
-        s->cpu_sample_ns = thread_cpu_ns(); /* ~0.6 us, at most once per budget of wall time */
-        s->cpu_sample_wall_ns = now;
-    }
+    uint64_t t0 = arm(s, budget_ns);
     int rc = lua_pcall(L, nargs, nres, base);
-    *elapsed_ns = kvr_lua_now_ns() - now;
+    *elapsed_ns = coarse_ns() - t0;
     int status = map_rc(s, rc);
     disarm(s);
-    if (rc != 0) {
-        const char *msg = lua_tostring(L, -1);
-        if (status == KVR_LUA_ETIMEDOUT && (msg == NULL || strstr(msg, "time budget") == NULL))
-            copy_err(err, err_len, "time budget exceeded");
-        else
-            copy_err(err, err_len, msg);
-        lua_settop(L, base - 1);
-    } else if (status != KVR_LUA_OK) { /* timed out, yet the policy swallowed every error */
-        copy_err(err, err_len, "time budget exceeded (the policy caught the timeout error)");
+    if (status != KVR_LUA_OK) {
+        call_error(s, rc, status, err, err_len);
         lua_settop(L, base - 1);
     } else {
         lua_remove(L, base);
     }
+    if (status == KVR_LUA_ERRMEM)
+        lua_gc(L, LUA_GCCOLLECT, 0);
+    return status;
+}
+
+int lstate_decide(struct lstate *s, uint64_t budget_ns, size_t *n_ranked, uint64_t *elapsed_ns,
+                  char *err, size_t err_len)
+{
+    lua_State *L = s->L;
+    *n_ranked = 0;
+    lua_pushvalue(L, FIX_DECIDE); /* the stack holds FIX_TRACEBACK, FIX_DECIDE (lstate_new) */
+    uint64_t t0 = arm(s, budget_ns);
+    int rc = lua_pcall(L, 0, 2, FIX_TRACEBACK);
+    *elapsed_ns = coarse_ns() - t0;
+    int status = map_rc(s, rc);
+    disarm(s);
+    if (status != KVR_LUA_OK) {
+        call_error(s, rc, status, err, err_len);
+    } else {
+        lua_Integer k = lua_tointeger(L, -2);
+        if (k > 0 && (uint64_t)k <= s->call.out_cap) {
+            *n_ranked = (size_t)k;
+        } else {
+            const char *why = k > 0 ? "the choice names no valid candidate" : lua_tostring(L, -1);
+            status = KVR_LUA_INVALID;
+            copy_err(err, err_len, why ? why : "invalid choice");
+        }
+    }
+    lua_settop(L, FIX_N);
     if (status == KVR_LUA_ERRMEM)
         lua_gc(L, LUA_GCCOLLECT, 0);
     return status;
@@ -374,6 +430,7 @@ int lstate_new(kvr_lua_runtime_t *rt, struct kvr_lua_vm *vm, int admin, uint64_t
         s->refs[i] = LUA_NOREF;
     s->fv = (struct kvr_ffi_vm){.rt = rt, .vm = vm, .st = s, .policy_id = 0, .admin = admin};
     s->call.vm = &s->fv;
+    s->call.out_cap = 1;
     s->L = lua_newstate(lalloc, s);
     if (s->L == NULL) {
         free(s);
@@ -393,6 +450,15 @@ int lstate_new(kvr_lua_runtime_t *rt, struct kvr_lua_vm *vm, int admin, uint64_t
         return status;
     }
     lua_sethook(s->L, budget_hook, LUA_MASKCOUNT, (int)s->hook_count);
+    /* The fixed bottom of the stack, for the hot path (lstate_decide): no registry lookups and
+     * no stack shuffling per decision. LUA_MINSTACK free slots are guaranteed: cannot raise. */
+    lua_settop(s->L, 0);
+    lua_rawgeti(s->L, LUA_REGISTRYINDEX, s->refs[REF_TRACEBACK]);
+    lua_rawgeti(s->L, LUA_REGISTRYINDEX, s->refs[REF_DECIDE]);
+    struct timespec res;
+    s->coarse_res_ns = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0
+                           ? (uint64_t)res.tv_sec * 1000000000u + (uint64_t)res.tv_nsec
+                           : 10000000u;
     *out = s;
     return KVR_LUA_OK;
 }
@@ -468,7 +534,7 @@ int lstate_add_policy(struct lstate *s, const struct policy_def *p, size_t slot,
     int rc = lua_cpcall(s->L, add_policy_cp, &c);
     if (rc != 0) {
         copy_err(err, err_len, rc == LUA_ERRMEM ? "not enough memory" : lua_tostring(s->L, -1));
-        lua_settop(s->L, 0);
+        lua_settop(s->L, FIX_N);
         disarm(s);
         return rc == LUA_ERRMEM ? KVR_LUA_ERRMEM : KVR_LUA_ERRRUN;
     }

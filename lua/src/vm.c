@@ -159,6 +159,11 @@ size_t kvr_lua_vm_memory(kvr_lua_vm_t *vm)
     return vm->st->used;
 }
 
+uint64_t kvr_lua_vm_allocated(kvr_lua_vm_t *vm)
+{
+    return vm->st->allocated;
+}
+
 /* ==== decisions ============================================================================== */
 
 static int resolve(const struct policy_set *set, const struct kvr_ffi_request *req, int allow_hdr)
@@ -200,7 +205,6 @@ static void reset_call(struct lstate *s)
 {
     s->call.req = NULL;
     s->call.cands = NULL;
-    s->call.out = NULL;
     s->call.outcome = NULL;
     s->call.event = NULL;
     s->call.n = 0;
@@ -249,26 +253,16 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     d->policy = p->name;
     pc = &vm->pc[p->id];
     inc(&pc->decisions, 1);
-    s->call.req = req;
-    s->call.cands = cands;
-    s->call.n = (uint32_t)n;
-    s->call.out = d->ranked;
-    s->call.out_cap = (uint32_t)(d->cap < n ? d->cap : n);
+    lstate_set_request(s, req, cands, n, d->cap);
     s->call.slot = (uint32_t)slot;
     s->fv.policy_id = p->id;
-    lua_State *L = s->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, s->refs[REF_DECIDE]);
     uint64_t elapsed;
-    status = lstate_pcall_timed(s, 0, 2, rt->cfg.budget_ns, vm->err, sizeof(vm->err), &elapsed);
+    size_t k = 0;
+    status = lstate_decide(s, rt->cfg.budget_ns, &k, &elapsed, vm->err, sizeof(vm->err));
     d->elapsed_ns = elapsed;
     inc(&pc->lua_ns, elapsed);
     if (status == KVR_LUA_OK) {
-        lua_Integer k = lua_tointeger(L, -2);
-        if (k <= 0) {
-            status = KVR_LUA_INVALID;
-            const char *why = lua_tostring(L, -1);
-            snprintf(vm->err, sizeof(vm->err), "%s", why ? why : "invalid choice");
-        } else if ((size_t)k > s->call.out_cap || !indices_ok(d->ranked, (size_t)k, n)) {
+        if (!indices_ok(s->call.ranked, k, n)) {
             status = KVR_LUA_INVALID;
             snprintf(vm->err, sizeof(vm->err), "the choice names no valid candidate");
         } else if (lstate_overran(s, elapsed, rt->cfg.budget_ns)) {
@@ -280,9 +274,9 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
                      (unsigned long long)(elapsed / 1000), HARD_FACTOR,
                      (unsigned long long)(rt->cfg.budget_ns / 1000));
         } else {
-            d->n_ranked = (size_t)k;
+            memcpy(d->ranked, s->call.ranked, k * sizeof(*d->ranked));
+            d->n_ranked = k;
         }
-        lua_settop(L, 0);
     }
     reset_call(s);
     d->status = status;
@@ -331,7 +325,7 @@ static int run_hook(struct kvr_lua_vm *vm, int slot, int ref, const char *what)
     if (status == KVR_LUA_OK) {
         if (!lua_toboolean(s->L, -1))
             status = KVR_LUA_NOPOLICY;
-        lua_settop(s->L, 0);
+        lua_settop(s->L, FIX_N);
     } else {
         inc(&vm->pc[p->id].hook_errors, 1);
         log_failure(vm, p->id, p->name, what, status);
@@ -350,9 +344,7 @@ int kvr_lua_vm_on_response(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     int slot = resolve(vm->set, req, vm->rt->cfg.allow_header_policy);
     if (slot < 0 || (size_t)slot >= s->n_slots || !(s->hooks[slot] & 1u))
         return KVR_LUA_NOPOLICY;
-    s->call.req = req;
-    s->call.cands = worker;
-    s->call.n = 1;
+    lstate_set_request(s, req, worker, 1, 1);
     s->call.outcome = outcome;
     int status = run_hook(vm, slot, REF_RESPOND, "on_response");
     reset_call(s);

@@ -8,10 +8,10 @@
  *   ──────────────────                      ─────────────────────────────────────────────
  *   struct kvr_ffi_request   ─┐             kvr.policy glue (trusted, JIT-compiled):
  *   struct kvr_ffi_candidate[]├─ pointers ─▶  reads the structs through FFI cdata,
- *   uint32_t ranked[] (out)  ─┘  in the      fills reusable Lua tables req / candidates,
+ *   (kvr_ffi_call.ranked out)─┘  in the      fills reusable Lua tables req / candidates,
  *                                kvr_ffi_call calls the policy's select(req, candidates)
  *                                            (sandboxed, JIT off, time and memory budgets),
- *                                            writes the chosen indices to call->out
+ *                                            writes the chosen indices to call->ranked
  *   kvr_ffi_* functions  ◀─── pull-style calls through struct kvr_ffi_api (function pointers)
  *
  * The block between KVR_FFI_CDEF_BEGIN and KVR_FFI_CDEF_END is macro-free C that the build copies
@@ -46,7 +46,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVR_FFI_ABI 1u /* bump on any layout change of the block below */
+#define KVR_FFI_ABI 2u         /* bump on any layout change of the block below */
+#define KVR_FFI_RANKED_MAX 256 /* entries of kvr_ffi_call.ranked */
 
 /* KVR_FFI_CDEF_BEGIN */
 typedef struct kvr_ffi_vm kvr_ffi_vm_t;
@@ -158,14 +159,20 @@ struct kvr_ffi_load {
 struct kvr_ffi_call {
     const struct kvr_ffi_request *req;     /* current request */
     const struct kvr_ffi_candidate *cands; /* n candidates */
-    uint32_t *out;                         /* out_cap slots: chosen indices, best first */
     const struct kvr_ffi_outcome *outcome; /* on_response: the outcome */
     const struct kvr_ffi_event *event;     /* KV-event hooks: the event */
     kvr_ffi_vm_t *vm;                      /* opaque; passed back to the api calls */
+    double overlap_weight;                 /* req->overlap_weight (copies of the request's */
+    double temperature;                    /* req->temperature      numbers: the glue reads */
+    uint32_t tokens;                       /* req->tokens           them without touching a */
+    uint32_t blocks;                       /* req->blocks           pointer, so allocates */
+    uint32_t block_size;                   /* req->block_size       nothing) */
+    int32_t priority;                      /* req->priority */
     uint32_t n;                            /* candidates */
-    uint32_t out_cap;                      /* capacity of out (>= 1) */
+    uint32_t out_cap;                      /* entries of ranked the choice may fill (1..256) */
     uint32_t slot;                         /* policy slot to run */
     uint32_t pad_;                         /* zero */
+    uint32_t ranked[256];                  /* out: chosen indices, best first */
 };
 
 struct kvr_ffi_api {

@@ -241,7 +241,7 @@ struct kvr_lua_policy_stats {
     uint64_t reloads;     /* accepted installs */
     uint64_t rejected;    /* refused installs */
     uint64_t generation;  /* generation of the last accepted install */
-    uint64_t lua_ns;      /* total time spent in select */
+    uint64_t lua_ns;      /* total time spent in select (coarse clock, see elapsed_ns) */
     int trusted;          /* current install flag */
     int live;             /* installed now */
 };
@@ -300,18 +300,26 @@ uint64_t kvr_lua_vm_generation(kvr_lua_vm_t *vm);
 /* Bytes held by the VM's Lua state now. */
 size_t kvr_lua_vm_memory(kvr_lua_vm_t *vm);
 
+/* Bytes the VM's current Lua state has allocated (or grown blocks by) since it was built:
+ * monotonic, unaffected by the GC. A steady-state decision that allocates shows up here (the
+ * runtime's own path allocates nothing per decision; tests/unit/lua/test_vm.c). VM thread. */
+uint64_t kvr_lua_vm_allocated(kvr_lua_vm_t *vm);
+
 /* A decision. ranked/cap are inputs; everything else is output. Strings are borrowed, valid
  * until the next call on this VM. */
 struct kvr_lua_decision {
     uint32_t *ranked;    /* in: caller buffer for candidate indices, best first */
     size_t cap;          /* in: capacity of ranked (>= 1) */
-    size_t n_ranked;     /* out: indices written (>= 1) */
+    size_t n_ranked;     /* out: indices written (>= 1; a policy's ranked list is cut at
+                            min(cap, n, KVR_FFI_RANKED_MAX = 256)) */
     int status;          /* out: enum kvr_lua_status of the policy attempt */
     int fallback;        /* out: 1 if ranked came from the C fallback policy */
     const char *policy;  /* out: name of the policy that was asked ("" if none) */
     const char *error;   /* out: error text with traceback ("" if none) */
     uint64_t generation; /* out: generation of the VM state that ran */
-    uint64_t elapsed_ns; /* out: time spent in Lua (0 if Lua was not called) */
+    uint64_t elapsed_ns; /* out: time spent in Lua (0 if Lua was not called), from the coarse
+                            monotonic clock (tick resolution, e.g. 4 ms: 0 for most decisions;
+                            sums over many decisions are unbiased) */
 };
 
 /* Routes one request (borrowed) among n candidates (borrowed; n >= 1). Always produces a decision

@@ -16,7 +16,7 @@ local ffi, api_p, vm_p, call_p, cdef, opts = ...
 
 ffi.cdef(cdef)
 
-local C_ABI = 1
+local C_ABI = 2
 local api = ffi.cast("const struct kvr_ffi_api *", api_p)
 if api.abi ~= C_ABI or api.size ~= ffi.sizeof("struct kvr_ffi_api") then
     error("kvr.core: FFI ABI mismatch (C " .. tonumber(api.abi) .. ", Lua " .. C_ABI .. ")")
@@ -330,8 +330,13 @@ function M.classic_cost(req, c, weight)
     return weight * (prefill / bs) + (c.new_blocks + c.decode_blocks)
 end
 
--- Splits s on a plain separator (no patterns).
+-- Splits s on a plain separator (no patterns). The separator must be a non-empty string: an
+-- empty one would match everywhere without advancing (this loop runs compiled, where no time
+-- budget can stop it).
 function M.split(s, sep)
+    if type(sep) ~= "string" or sep == "" then
+        error("kvr.split: the separator must be a non-empty string", 2)
+    end
     local out, i, n = {}, 1, 0
     if s == nil or s == "" then
         return out

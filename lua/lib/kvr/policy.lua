@@ -58,6 +58,16 @@ local function readonly(t, name)
     })
 end
 
+-- __newindex of the runtime's request, candidate and outcome tables: a policy reads them, never
+-- writes them (they are reused between requests, possibly of other policies: a write that
+-- persisted would leak into the next request's inputs).
+local function refuse_write(what)
+    return function(_, k)
+        error("attempt to modify the " .. what .. " (field '" .. tostring(k) .. "'): the runtime's"
+            .. " request and candidate tables are read-only; keep per-request data in locals", 2)
+    end
+end
+
 local MAGIC = "[%^%$%*%+%?%.%(%)%[%]%%%-]"
 local safe_string = copy(string, { "byte", "char", "format", "len", "lower", "upper", "rep",
     "reverse", "sub" })
@@ -77,6 +87,21 @@ local safe_math = copy(math, { "abs", "ceil", "cos", "deg", "exp", "floor", "fmo
     "log", "log10", "max", "min", "modf", "pi", "pow", "rad", "random", "randomseed", "sin",
     "sqrt", "tan", "acos", "asin", "atan", "atan2", "cosh", "sinh", "tanh", "frexp", "ldexp" })
 local safe_table = copy(table, { "concat", "insert", "remove", "sort", "maxn" })
+-- table.insert / table.remove write raw (no __newindex): refuse them on the runtime's tables
+-- (getmetatable answers their __metatable, a "kvr ..." string). table.sort only permutes the
+-- candidates array, which the next request refills.
+local RUNTIME_TABLES = { ["kvr request"] = true, ["kvr candidate"] = true,
+    ["kvr candidates"] = true, ["kvr outcome"] = true }
+for _, k in ipairs({ "insert", "remove" }) do
+    local f = table[k]
+    safe_table[k] = function(t, ...)
+        if RUNTIME_TABLES[getmetatable(t)] then
+            error("table." .. k .. ": the runtime's request and candidate tables are read-only"
+                .. " (copy the candidates into a table of your own)", 2)
+        end
+        return f(t, ...)
+    end
+end
 local safe_bit = copy(bit, { "tobit", "tohex", "bnot", "band", "bor", "bxor",
     "lshift", "rshift", "arshift", "rol", "ror", "bswap" })
 
@@ -142,14 +167,29 @@ local function new_env(name, K)
 end
 
 -- ==== request and candidate tables (reused between requests; no allocation per request) ====
+--
+-- One `req` table, a pool of candidate tables and the `cands` array, per state, reused for every
+-- request of every policy of the state. They are read-only to policies (__newindex raises, and
+-- table.insert/remove refuse them): a write could otherwise survive into the next request, which
+-- may be another tenant's. The fields the glue stores are rewritten by every fill; the lazily
+-- materialised string fields are put on the `lazy` list before they are stored and cleared before
+-- the next request; a candidate's position lives in `pos`, which no policy can reach. The glue
+-- writes keys that may be absent with rawset (an ordinary store would hit __newindex).
+--
+-- Allocation: none per decision once warm. The C side copies the request's scalars into `call`
+-- (numbers, no cdata), the ranked output goes to a buffer inside `call` addressed through a
+-- reference taken once (`ranked`), and candidate structs are read only inside the compiled fill
+-- loop (a cdata pointer held in a Lua slot across a trace exit, or read by the interpreter, is
+-- boxed: 24 bytes of garbage each time).
 
 local req = {}
-local pool = {} -- pool[i]: the i-th candidate table, forever
-local pos = {}  -- pos[candidate table] = i
-local cands = {} -- the array handed to select (rebuilt from pool each request)
+local pool = {}  -- pool[i]: the i-th candidate table, forever
+local pos = {}   -- pos[candidate table] = i (runtime-private: policies never see this table)
+local cands = {} -- the array handed to select (cands[i] = pool[i], rewritten every request)
 local last_n = 0
 local lazy = {} -- tables whose lazy string fields were materialised
 local n_lazy = 0
+local ranked = call.ranked -- uint32_t[KVR_FFI_RANKED_MAX]: chosen indices, best first
 
 -- The glue must stay consistent if an error (the time-budget hook fires between any two
 -- instructions once a call is over budget) interrupts it anywhere: every multi-step update below
@@ -187,9 +227,12 @@ local req_mt = {
         rawset(t, k, v)
         return v
     end,
+    __newindex = refuse_write("request table"),
     __metatable = "kvr request",
 }
 setmetatable(req, req_mt)
+setmetatable(cands, { __newindex = refuse_write("candidates array"),
+    __metatable = "kvr candidates" })
 
 -- Candidate fields. The glue copies into each candidate table only the fields some policy of
 -- this state names as a constant in its bytecode (the "fill set", found with jit.util.funck),
@@ -200,10 +243,12 @@ setmetatable(req, req_mt)
 local FIELDS = { "id", "dp_rank", "healthy", "overlap", "overlap_host", "overlap_disk",
     "tree_blocks", "prefill_tokens", "decode_blocks", "new_blocks", "requests", "queue",
     "kv_usage", "weight" }
+-- Every store is a rawset: a policy may have set a field to nil (an existing key: no
+-- __newindex), and the next fill must still be able to write it.
 local FILL = {
-    id = "t.id = tonumber(c.worker_id)",
-    healthy = "t.healthy = c.healthy ~= 0",
-    kv_usage = "local kv = c.kv_usage t.kv_usage = kv >= 0 and kv or nil",
+    id = "rawset(t, 'id', tonumber(c.worker_id))",
+    healthy = "rawset(t, 'healthy', c.healthy ~= 0)",
+    kv_usage = "local kv = c.kv_usage rawset(t, 'kv_usage', kv >= 0 and kv or nil)",
 }
 local LAZY = {
     id = function(c) return tonumber(c.worker_id) end,
@@ -214,7 +259,7 @@ local LAZY = {
     end,
 }
 for _, f in ipairs(FIELDS) do
-    FILL[f] = FILL[f] or ("t." .. f .. " = c." .. f)
+    FILL[f] = FILL[f] or ("rawset(t, '" .. f .. "', c." .. f .. ")")
     LAZY[f] = LAZY[f] or function(c) return c[f] end
 end
 -- Fields the kvr helpers read on the candidates a policy hands them.
@@ -229,9 +274,12 @@ local fill_fn       -- generated by make_fill
 
 local cand_mt = {
     __index = function(t, k)
-        local i = rawget(t, "index")
-        if call.cands == nil or i > call.n then
-            return nil
+        local i = pos[t]
+        if i == nil or i < 1 or i > call.n or call.cands == nil then
+            return nil -- not a pooled table of this request (kept from an earlier one)
+        end
+        if k == "index" then
+            return i
         end
         local c = call.cands[i - 1]
         local lazy_field = LAZY[k]
@@ -252,12 +300,13 @@ local cand_mt = {
         rawset(t, k, v)
         return v
     end,
+    __newindex = refuse_write("candidate table"),
     __metatable = "kvr candidate",
 }
 
 local function pool_grow(n)
     for i = #pool + 1, n do
-        local t = { index = i }
+        local t = {}
         for f in pairs(fill_set) do
             t[f] = 0 -- a value of the type the fill stores: the compiled fill's guards hold
         end
@@ -270,18 +319,21 @@ local function pool_grow(n)
     end
 end
 
+-- The fill loop reads the candidate structs inside the loop (call.cands is loop-invariant: the
+-- compiled trace loads it once) so no cdata pointer lives in a Lua slot across trace exits.
 local function make_fill()
-    local src = { "local pool, cands, tonumber = ...", "return function(cs, n)",
-        "  for i = 0, n - 1 do", "    local c, t = cs[i], pool[i + 1]" }
+    local src = { "local pool, cands, call, rawset, tonumber = ...", "return function(n)",
+        "  for i = 0, n - 1 do", "    local c, t = call.cands[i], pool[i + 1]" }
     for _, f in ipairs(FIELDS) do
         if fill_set[f] then
             src[#src + 1] = "    " .. FILL[f]
         end
     end
-    src[#src + 1] = "    cands[i + 1] = t"
+    src[#src + 1] = "    rawset(cands, i + 1, t)"
     src[#src + 1] = "  end"
     src[#src + 1] = "end"
-    fill_fn = assert(loadstring(concat(src, "\n"), "=kvr/fill"))(pool, cands, tonumber)
+    fill_fn = assert(loadstring(concat(src, "\n"), "=kvr/fill"))(pool, cands, call, rawset,
+        tonumber)
 end
 
 -- Adds to the fill set the candidate fields a policy chunk names (every string constant of
@@ -321,9 +373,15 @@ local function clear_lazy()
     for i = 1, n_lazy do -- idempotent: an interrupted pass is simply redone
         local t = lazy[i]
         if t == req then
-            t.model, t.session, t.lora, t.headers, t.id = nil, nil, nil, nil, nil
+            rawset(t, "model", nil)
+            rawset(t, "session", nil)
+            rawset(t, "lora", nil)
+            rawset(t, "headers", nil)
+            rawset(t, "id", nil)
         elseif t ~= nil then
-            t.url, t.labels, t.key = nil, nil, nil
+            rawset(t, "url", nil)
+            rawset(t, "labels", nil)
+            rawset(t, "key", nil)
         end
     end
     for i = n_lazy, 1, -1 do
@@ -332,23 +390,30 @@ local function clear_lazy()
     n_lazy = 0
 end
 
-local function fill_req(r)
-    req.tokens = r.tokens
-    req.blocks = r.blocks
-    req.block_size = r.block_size
-    req.priority = r.priority
-    local w, t = r.overlap_weight, r.temperature
-    req.overlap_weight = w >= 0 and w or nil
-    req.temperature = t >= 0 and t or nil
+-- The request's numbers, from the copies C made in `call` (no cdata pointer is touched).
+local function fill_req()
+    local c = call
+    rawset(req, "tokens", c.tokens)
+    rawset(req, "blocks", c.blocks)
+    rawset(req, "block_size", c.block_size)
+    rawset(req, "priority", c.priority)
+    local w, t = c.overlap_weight, c.temperature
+    rawset(req, "overlap_weight", w >= 0 and w or nil)
+    rawset(req, "temperature", t >= 0 and t or nil)
 end
 
-local function fill_cands(cs, n)
+-- cands[1..n] = pool[1..n] with the fill-set fields of the current structs; cands[n+1..] = nil.
+local function fill_cands(n)
     if n > #pool then
         pool_grow(n)
     end
-    fill_fn(cs, n)
-    for i = n + 1, last_n do
-        cands[i] = nil
+    fill_fn(n)
+    if last_n > n or rawget(cands, n + 1) ~= nil then
+        local i = n + 1
+        while rawget(cands, i) ~= nil do
+            rawset(cands, i, nil)
+            i = i + 1
+        end
     end
     last_n = n
 end
@@ -400,12 +465,12 @@ function R.add_policy(slot, name, chunk, trusted)
     local K = core.new_api(name, random)
     K.rendezvous = rendezvous
     scan_fields(chunk)
-    for i = 1, #pool do -- tables made for an older fill set: start afresh
+    for i = #pool, 1, -1 do -- tables made for an older fill set: start afresh
         pos[pool[i]] = nil
         pool[i] = nil
     end
-    for i = 1, last_n do
-        cands[i] = nil
+    for i = last_n, 1, -1 do
+        rawset(cands, i, nil)
     end
     last_n = 0
     make_fill()
@@ -441,8 +506,9 @@ end
 local seen = {}
 local stamp = 0
 
--- Validates select's result and writes chosen indices (0-based) to call.out.
-local function write_choice(choice, n, out, cap)
+-- Validates select's result and writes the chosen indices (0-based) to `ranked`; returns their
+-- count, or 0 and the reason.
+local function write_choice(choice, n)
     if type(choice) ~= "table" then
         return 0, "select returned " .. (choice == nil and "nothing" or "a " .. type(choice))
             .. " (expected a candidate or an array of candidates)"
@@ -452,13 +518,14 @@ local function write_choice(choice, n, out, cap)
         if i > n then
             return 0, "select returned a candidate of an earlier request"
         end
-        out[0] = i - 1
+        ranked[0] = i - 1
         return 1
     end
     local m = #choice
     if m == 0 then
         return 0, "select returned a table that is neither a candidate nor a non-empty array"
     end
+    local cap = call.out_cap
     if m > cap then
         m = cap
     end
@@ -473,29 +540,26 @@ local function write_choice(choice, n, out, cap)
             return 0, "element " .. k .. " of the returned list repeats a candidate"
         end
         seen[j] = stamp
-        out[k - 1] = j - 1
+        ranked[k - 1] = j - 1
     end
     return m
 end
 
 function R.decide()
-    local c = call
-    local p = policies[c.slot]
-    local n = c.n
+    local n = call.n
     if n_lazy > 0 then
         clear_lazy()
     end
-    fill_req(c.req)
-    fill_cands(c.cands, n)
-    local choice = p.select(req, cands)
-    return write_choice(choice, n, c.out, c.out_cap)
+    fill_req()
+    fill_cands(n)
+    return write_choice(policies[call.slot].select(req, cands), n)
 end
 
-local outcome = {}
+local outcome = setmetatable({}, { __newindex = refuse_write("outcome table"),
+    __metatable = "kvr outcome" })
 
 function R.respond()
-    local c = call
-    local p = policies[c.slot]
+    local p = policies[call.slot]
     local f = p and p.on_response
     if f == nil then
         return false
@@ -503,15 +567,15 @@ function R.respond()
     if n_lazy > 0 then
         clear_lazy()
     end
-    fill_req(c.req)
-    fill_cands(c.cands, 1)
-    local o = c.outcome
-    outcome.status = o.status
-    outcome.ok = o.status >= 200 and o.status < 300
-    outcome.ttft_ms = o.ttft_ms >= 0 and o.ttft_ms or nil
-    outcome.latency_ms = o.latency_ms >= 0 and o.latency_ms or nil
-    outcome.output_tokens = o.output_tokens
-    outcome.error = o.error ~= nil and ffi_string(o.error, o.error_len) or nil
+    fill_req()
+    fill_cands(1)
+    local o = call.outcome
+    rawset(outcome, "status", o.status)
+    rawset(outcome, "ok", o.status >= 200 and o.status < 300)
+    rawset(outcome, "ttft_ms", o.ttft_ms >= 0 and o.ttft_ms or nil)
+    rawset(outcome, "latency_ms", o.latency_ms >= 0 and o.latency_ms or nil)
+    rawset(outcome, "output_tokens", o.output_tokens)
+    rawset(outcome, "error", o.error ~= nil and ffi_string(o.error, o.error_len) or nil)
     f(req, pool[1], outcome)
     return true
 end

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvr/err.h"
 #include "kvr/fallback.h"
@@ -466,6 +467,13 @@ START_TEST(kv_cost_agrees_with_c_trusted)
 }
 END_TEST
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* ==== bounded work: every policy, 1024 candidates, interpreted, well inside the budget ====== */
 
 START_TEST(bounded_work)
@@ -486,10 +494,12 @@ START_TEST(bounded_work)
             req.model_len = (uint32_t)strlen(names[i]);
             struct kvr_lua_decision d;
             uint32_t ranked[4];
+            uint64_t t0 = mono_ns(); /* d.elapsed_ns is coarse (clock ticks): time it here */
             luafix_select(vm, &req, c, 1024, &d, ranked, 4);
+            uint64_t took = mono_ns() - t0;
             ck_assert_msg(d.status == KVR_LUA_OK, "%s: %s", names[i], d.error);
-            if (d.elapsed_ns < best)
-                best = d.elapsed_ns;
+            if (took < best)
+                best = took;
         }
         /* Every decision finished inside the budget (status OK above). The fastest of 20 (wall
          * clock: the others may include preemption) shows the work itself: a linear policy

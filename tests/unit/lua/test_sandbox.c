@@ -94,6 +94,19 @@ static const struct escape escapes[] = {
     {"setmetatable(c[1], {})", "cannot change a protected metatable"},
     {"setmetatable(req, {})", "cannot change a protected metatable"},
     {"getmetatable(c[1]).__index(c[1], 'x')", "a nil value"},
+    /* The runtime's request and candidate tables are read-only: a write could reach the next
+     * request, or (the position of a candidate) make the glue read outside the C array. */
+    {"c[1].index = -1e8 local _ = c[1].labels", "read-only"},
+    {"c[1].index = 0 local _ = c[1].url", "read-only"},
+    {"c[1].x = 1", "read-only"},
+    {"req.lora = 'evil'", "read-only"},
+    {"req.extra = {}", "read-only"},
+    {"c[#c + 1] = c[1]", "read-only"},
+    {"c.n = 1", "read-only"},
+    {"table.insert(c, c[1])", "read-only"},
+    {"table.insert(c[1], 1)", "read-only"},
+    {"table.remove(c)", "read-only"},
+    {"table.remove(req)", "read-only"},
     /* Operator-only API. */
     {"kvr.admin.dump('/tmp/x')", "field 'admin'"},
     /* Trying to reach a cdata through the API: everything returned is plain Lua. */
@@ -113,6 +126,11 @@ START_TEST(escapes_refused_at_install)
 {
     char src[2048], err[4096], name[32];
     for (size_t i = 0; i < sizeof(escapes) / sizeof(escapes[0]); i++) {
+        if (i > 0 && i % 48 == 0) { /* a runtime holds at most 64 policy names */
+            ck_assert_uint_eq(kvr_lua_runtime_generation(rt), 0); /* nothing ever installed */
+            teardown();
+            setup();
+        }
         snprintf(name, sizeof(name), "esc%zu", i);
         snprintf(src, sizeof(src),
                  "local function select(req, c)\n  %s\n  return c[1]\nend\n"
@@ -147,6 +165,12 @@ START_TEST(escapes_fail_closed_at_request_time)
     luafix_cands(c, 3);
     c[2].overlap = 4;
     for (size_t i = 0; i < sizeof(escapes) / sizeof(escapes[0]); i++) {
+        if (i > 0 && i % 48 == 0) { /* a runtime holds at most 64 policy names */
+            kvr_lua_vm_free(vm);
+            teardown();
+            setup();
+            ck_assert_int_eq(kvr_lua_vm_new(rt, NULL, &vm), KVR_OK);
+        }
         snprintf(name, sizeof(name), "live%zu", i);
         snprintf(src, sizeof(src),
                  "local function select(req, c)\n"
@@ -159,9 +183,9 @@ START_TEST(escapes_fail_closed_at_request_time)
         req.model_len = 4;
         struct kvr_lua_decision d;
         uint32_t ranked[3];
-        ck_assert_uint_eq(luafix_select(vm, &req, c, 3, &d, ranked, 3), 2);
-        ck_assert_msg(d.status == KVR_LUA_ERRRUN && d.fallback == 1, "escape %zu: status %d", i,
-                      d.status);
+        uint32_t first = luafix_select(vm, &req, c, 3, &d, ranked, 3);
+        ck_assert_msg(d.status == KVR_LUA_ERRRUN && d.fallback == 1 && first == 2,
+                      "escape %zu (%s): status %d, chose %u", i, escapes[i].code, d.status, first);
         ck_assert_msg(strstr(d.error, escapes[i].expect) != NULL, "escape %zu: %s", i, d.error);
         req.model = "calm";
         req.model_len = 4;
@@ -259,6 +283,20 @@ START_TEST(chunk_budget_and_memory)
                                     0, err, sizeof(err)),
                      KVR_LUA_ERRRUN);
     ck_assert_ptr_nonnull(strstr(err, "selftest: self2.lua:1: broken"));
+    /* An empty separator is refused at once (it used to loop, compiled, until the memory cap). */
+    ck_assert_int_eq(luafix_install(rt, "split",
+                                    "local t = kvr.split('a,b', '')\n"
+                                    "return { select = function(r, c) return c[1] end }",
+                                    0, err, sizeof(err)),
+                     KVR_LUA_ERRRUN);
+    ck_assert_msg(strstr(err, "split.lua:1: kvr.split: the separator must be a non-empty string"),
+                  "%s", err);
+    ck_assert_int_eq(luafix_install(rt, "split2",
+                                    "assert(#kvr.split('a,b', ',') == 2)\n"
+                                    "assert(not pcall(kvr.split, 'a', nil))\n"
+                                    "return { select = function(r, c) return c[1] end }",
+                                    0, err, sizeof(err)),
+                     KVR_LUA_OK);
 }
 END_TEST
 
