@@ -270,8 +270,8 @@ static uint32_t cache_admit(struct mock *m, const uint32_t *tokens, size_t n_tok
             e->token_width = 1;
             e->n_hashes = (uint32_t)n_ev;
             e->hashes = evicted;
-            e->medium.p = "GPU";
-            e->medium.len = 3;
+            e->medium.p = m->cfg.medium;
+            e->medium.len = (uint32_t)strlen(m->cfg.medium);
         }
         if (fresh > 0) {
             struct kvr_emp_event *e = &ev[b.n++];
@@ -285,8 +285,8 @@ static uint32_t cache_admit(struct mock *m, const uint32_t *tokens, size_t n_tok
             e->token_ids = (uint32_t *)tokens + hit * bs;
             e->n_tokens = (uint32_t)(fresh * bs);
             e->block_size = bs;
-            e->medium.p = "GPU";
-            e->medium.len = 3;
+            e->medium.p = m->cfg.medium;
+            e->medium.len = (uint32_t)strlen(m->cfg.medium);
         }
         if (mock_pub_send(&m->pub, &b, b.n) != 0)
             fprintf(stderr, "kvr-mock-worker: cannot publish a KV event batch\n");
@@ -801,6 +801,8 @@ static void on_metrics(struct evhttp_request *req, void *arg)
            p->replay_requests);
     metric(b, "kvr_mock_batches_dropped_total", "counter",
            "Batches never published live (--drop-seq).", p->dropped);
+    metric(b, "kvr_mock_batches_corrupted_total", "counter",
+           "Batches published one byte short (--corrupt-seq).", p->corrupted);
     metric(b, "kvr_mock_streams_killed_total", "counter", "Streams cut by --die-after-chunks.",
            m->st.streams_killed);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",

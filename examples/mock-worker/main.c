@@ -41,7 +41,10 @@ static void usage(FILE *f)
             "  --status-code N        status of injected failures (500)\n"
             "  --die-after-chunks N   close streaming connections after N chunks (off)\n"
             "  --seed N               seed for --fail-rate draws (1)\n"
-            "  --drop-seq N[,N...]    never publish these batches live (they stay replayable)\n");
+            "  --drop-seq N[,N...]    never publish these batches live (they stay replayable)\n"
+            "  --corrupt-seq N[,N...] publish these batches one byte short (a malformed msgpack\n"
+            "                         payload, live and in the replay buffer)\n"
+            "  --medium M             medium of every KV event: GPU, CPU, DISK, ... (GPU)\n");
 }
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
@@ -83,8 +86,26 @@ enum {
     O_DIE,
     O_SEED,
     O_DROP_SEQ,
+    O_CORRUPT_SEQ,
+    O_MEDIUM,
     O_HELP,
 };
+
+/* Comma-separated sequence numbers, at most 16, appended to list[*n]. 0 or -1. */
+static int parse_seq_list(const char *arg, uint64_t *list, uint32_t *n)
+{
+    char buf[256];
+    int bad = strlen(arg) >= sizeof(buf);
+    snprintf(buf, sizeof(buf), "%s", arg);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL && !bad;
+         tok = strtok_r(NULL, ",", &save)) {
+        uint64_t v = 0;
+        bad = *n == 16 || parse_u64(tok, UINT64_MAX, &v);
+        if (!bad)
+            list[(*n)++] = v;
+    }
+    return bad ? -1 : 0;
+}
 
 static int parse_args(int argc, char **argv, struct mock_cfg *c)
 {
@@ -115,6 +136,8 @@ static int parse_args(int argc, char **argv, struct mock_cfg *c)
         {"die-after-chunks", required_argument, NULL, O_DIE},
         {"seed", required_argument, NULL, O_SEED},
         {"drop-seq", required_argument, NULL, O_DROP_SEQ},
+        {"corrupt-seq", required_argument, NULL, O_CORRUPT_SEQ},
+        {"medium", required_argument, NULL, O_MEDIUM},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -214,18 +237,16 @@ static int parse_args(int argc, char **argv, struct mock_cfg *c)
         case O_SEED:
             bad = parse_u64(optarg, UINT64_MAX, &c->seed);
             break;
-        case O_DROP_SEQ: {
-            /* comma-separated sequence numbers */
-            char buf[256];
-            snprintf(buf, sizeof(buf), "%s", optarg);
-            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL && !bad;
-                 tok = strtok_r(NULL, ",", &save)) {
-                bad = c->n_drop_seq == 16 || parse_u64(tok, UINT64_MAX, &v);
-                if (!bad)
-                    c->drop_seq[c->n_drop_seq++] = v;
-            }
+        case O_DROP_SEQ:
+            bad = parse_seq_list(optarg, c->drop_seq, &c->n_drop_seq);
             break;
-        }
+        case O_CORRUPT_SEQ:
+            bad = parse_seq_list(optarg, c->corrupt_seq, &c->n_corrupt_seq);
+            break;
+        case O_MEDIUM:
+            bad = *optarg == '\0' || strlen(optarg) > 64;
+            c->medium = optarg;
+            break;
         case O_HELP:
             usage(stdout);
             exit(0);
@@ -276,6 +297,7 @@ int main(int argc, char **argv)
     m.cfg.decode_us = 1000;
     m.cfg.max_concurrent = 8;
     m.cfg.topic = "";
+    m.cfg.medium = "GPU";
     m.cfg.replay_buffer = 10000;
     m.cfg.has_dp_rank = 1;
     m.cfg.status_code = 500;

@@ -54,6 +54,9 @@ struct mock_cfg {
     uint64_t seed;             /* --seed for fail-rate draws */
     uint64_t drop_seq[16];     /* --drop-seq: batches kept for replay but never published live */
     uint32_t n_drop_seq;
+    uint64_t corrupt_seq[16]; /* --corrupt-seq: batches published (and kept) one byte short */
+    uint32_t n_corrupt_seq;
+    const char *medium; /* --medium: the medium of every event ("GPU") */
 };
 
 /* ==== tokenizer.c ============================================================================ */
@@ -124,9 +127,12 @@ struct mock_pub {
     uint64_t subscriptions;
     uint64_t replay_requests;
     uint64_t replay_malformed;
-    uint64_t dropped; /* batches not published live (--drop-seq) */
+    uint64_t dropped;   /* batches not published live (--drop-seq) */
+    uint64_t corrupted; /* batches published truncated (--corrupt-seq) */
     const uint64_t *drop_seq;
     uint32_t n_drop_seq;
+    const uint64_t *corrupt_seq;
+    uint32_t n_corrupt_seq;
 };
 
 struct kvr_emp_batch;

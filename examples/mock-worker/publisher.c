@@ -172,6 +172,8 @@ int mock_pub_open(struct mock_pub *p, struct event_base *base, const struct mock
     p->two_frame = cfg->replay_two_frame;
     p->drop_seq = cfg->drop_seq;
     p->n_drop_seq = cfg->n_drop_seq;
+    p->corrupt_seq = cfg->corrupt_seq;
+    p->n_corrupt_seq = cfg->n_corrupt_seq;
     p->ring_cap = cfg->replay_buffer ? cfg->replay_buffer : 1;
     p->ring = calloc(p->ring_cap, sizeof(*p->ring));
     p->ctx = zmq_ctx_new();
@@ -239,6 +241,13 @@ int mock_pub_send(struct mock_pub *p, const struct kvr_emp_batch *b, uint32_t n_
     kvr_free(&a, buf);
 
     uint64_t seq = p->next_seq++;
+    for (uint32_t i = 0; i < p->n_corrupt_seq; i++) {
+        if (p->corrupt_seq[i] == seq && len > 1) {
+            len--; /* a truncated msgpack payload: subscribers must count it and go on */
+            p->corrupted++;
+            break;
+        }
+    }
     uint8_t s[8];
     be64(s, seq);
     const void *d[3] = {p->topic, s, keep};

@@ -254,6 +254,7 @@ static size_t tokenize(int port, const char *prompt, uint32_t *out, size_t cap)
 
 struct got {
     uint8_t kind;
+    uint8_t tier;
     uint64_t event_id;
     uint32_t dp_rank;
     uint8_t has_parent;
@@ -276,6 +277,7 @@ static int sink(void *ctx, const struct kvr_event *ev, size_t n)
     for (size_t k = 0; k < n && c->n < 64; k++) {
         struct got *g = &c->ev[c->n++];
         g->kind = ev[k].kind;
+        g->tier = ev[k].tier;
         g->event_id = ev[k].event_id;
         g->dp_rank = ev[k].dp_rank;
         g->has_parent = ev[k].has_parent;
@@ -529,6 +531,51 @@ START_TEST(test_eviction_events)
 }
 END_TEST
 
+/* --corrupt-seq publishes a batch one byte short (the subscriber counts a truncated payload and
+ * goes on); --medium sets every event's medium (CPU -> the host_pinned tier). */
+START_TEST(test_corrupt_seq_and_medium)
+{
+    struct worker w;
+    const char *args[] = {
+        "--zmq", "tcp://127.0.0.1:*", "--block-size", "4", "--decode-us", "0", "--corrupt-seq",
+        "1",     "--medium",          "CPU",          NULL};
+    worker_start(&w, args);
+    struct sub s;
+    sub_start(&s, &w, 4, NULL);
+    const char *bodies[] = {"{\"prompt\": [1, 2, 3, 4, 5, 6, 7, 8], \"max_tokens\": 1}",
+                            "{\"prompt\": [11, 12, 13, 14], \"max_tokens\": 1}",
+                            "{\"prompt\": [21, 22, 23, 24], \"max_tokens\": 1}"};
+    for (int k = 0; k < 3; k++)
+        json_object_put(http_json(w.port, "/v1/completions", bodies[k], 200));
+    wait_events(&s.c, 2);
+    struct kvr_kvsub_stats st = sub_stats(&s, 2);
+    int64_t deadline = now_ms() + WAIT_MS;
+    while (st.batches + st.decode_errors < 3 && now_ms() < deadline) {
+        sleep_ms(5);
+        ck_assert_int_eq(kvr_kvsub_stats(s.s, s.id, &st), KVR_OK);
+    }
+    ck_assert_uint_eq(st.batches, 2);
+    ck_assert_uint_eq(st.decode_errors, 1);
+    ck_assert_uint_eq(st.dec.errors[KVR_EMP_E_TRUNCATED], 1);
+    ck_assert_uint_eq(st.gaps + st.lost_batches, 0); /* the bad batch's seq still counts */
+    ck_assert_uint_eq(st.conv.tier[KVR_TIER_HOST_PINNED], 2);
+    ck_assert_uint_eq(st.conv.tier[KVR_TIER_DEVICE], 0);
+    pthread_mutex_lock(&s.c.mu);
+    ck_assert_uint_eq(s.c.n, 2);
+    ck_assert_uint_eq(s.c.ev[0].event_id, 0);
+    ck_assert_uint_eq(s.c.ev[1].event_id, 2);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(s.c.ev[k].kind, KVR_EVENT_STORED);
+        ck_assert_int_eq(s.c.ev[k].tier, KVR_TIER_HOST_PINNED);
+    }
+    pthread_mutex_unlock(&s.c.mu);
+    ck_assert_uint_eq(metric(w.port, "kvr_mock_batches_corrupted_total"), 1);
+    ck_assert_uint_eq(metric(w.port, "kvr_mock_kv_batches_published_total"), 3);
+    sub_stop(&s);
+    worker_stop(&w);
+}
+END_TEST
+
 /* SSE: one chunk per token, a final chunk, the usage chunk on request, then [DONE]. */
 START_TEST(test_streaming)
 {
@@ -771,6 +818,7 @@ Suite *mock_worker_suite(void)
     tcase_set_timeout(api, 120);
     tcase_add_test(api, test_prefix_cache_and_events);
     tcase_add_test(api, test_eviction_events);
+    tcase_add_test(api, test_corrupt_seq_and_medium);
     tcase_add_test(api, test_streaming);
     tcase_add_test(api, test_replay_three_frame);
     tcase_add_test(api, test_replay_two_frame);
