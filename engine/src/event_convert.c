@@ -160,7 +160,14 @@ static int convert_stored(const struct kvr_emp_batch *b, const struct kvr_emp_ev
 
     uint64_t seed = KVR_HASH_SEED;
     const struct kvr_emp_str *ns = o->no_namespace ? NULL : &ev->cache_salt;
-    seed = kvr_hash_salt(ns ? ns->p : NULL, ns ? ns->len : 0, ev->lora_name.p, ev->lora_name.len);
+    /* the event's own LoRA wins; the registered default covers engines that send none */
+    const char *lora = ev->lora_name.p;
+    size_t lora_len = lora != NULL ? ev->lora_name.len : 0;
+    if (lora_len == 0) {
+        lora = o->default_lora;
+        lora_len = lora != NULL ? o->default_lora_len : 0;
+    }
+    seed = kvr_hash_salt(ns ? ns->p : NULL, ns ? ns->len : 0, lora, lora_len);
     int use_mm = ev->n_mm_blocks > 0 && !o->has_image_token_id;
 
     int rc = KVR_OK;

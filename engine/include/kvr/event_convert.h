@@ -12,7 +12,8 @@
  *   AllBlocksCleared                     ──▶ cleared (that rank only)
  *
  * The router re-hashes every stored block itself (spec/hashing.md §1): block i covers tokens
- * [i*bs, i*bs + w), w = bs (+1 with Eagle), hashed with seed salt(cache_salt, lora_name). The
+ * [i*bs, i*bs + w), w = bs (+1 with Eagle), hashed with seed salt(cache_salt, lora_name), where
+ * an event without lora_name takes the caller's default (the worker's registered LoRA). The
  * engine's hashes are opaque external ids, used only to link a store to its parent and to name
  * removals. Conversion stops at the first block whose tokens are short, and stores nothing when
  * the event's block_size differs from the index's (earlier blocks kept; both counted as
@@ -34,15 +35,18 @@
 #include "kvr/event_msgpack.h"
 
 struct kvr_convert_opts {
-    uint64_t worker_id;      /* the registered worker */
-    uint32_t dp_rank;        /* registered rank; a non-nil batch rank overrides it */
-    uint32_t block_size;     /* the index's block size (> 0) */
-    int eagle;               /* non-zero: Eagle windows of block_size + 1 tokens (default off) */
-    int no_namespace;        /* non-zero: ignore cache_salt (the query path must agree) */
-    int has_image_token_id;  /* non-zero: replace image-token runs by mm pad values */
-    uint32_t image_token_id; /* valid iff has_image_token_id */
-    int has_group_filter;    /* non-zero: convert only events whose group_idx is nil or equal */
-    int64_t group_idx;       /* valid iff has_group_filter */
+    uint64_t worker_id;        /* the registered worker */
+    uint32_t dp_rank;          /* registered rank; a non-nil batch rank overrides it */
+    uint32_t block_size;       /* the index's block size (> 0) */
+    int eagle;                 /* non-zero: Eagle windows of block_size + 1 tokens (default off) */
+    int no_namespace;          /* non-zero: ignore cache_salt (the query path must agree) */
+    int has_image_token_id;    /* non-zero: replace image-token runs by mm pad values */
+    uint32_t image_token_id;   /* valid iff has_image_token_id */
+    int has_group_filter;      /* non-zero: convert only events whose group_idx is nil or equal */
+    int64_t group_idx;         /* valid iff has_group_filter */
+    const char *default_lora;  /* LoRA of stores whose event has no (or an empty) lora_name, e.g.
+                                * SGLang or pre-#27577 vLLM (borrowed; NULL = none) */
+    uint32_t default_lora_len; /* bytes of default_lora */
 };
 
 /* Cumulative; kvr_convert_batch adds to them. */

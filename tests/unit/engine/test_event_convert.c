@@ -365,6 +365,50 @@ START_TEST(test_salts)
 }
 END_TEST
 
+/* The registered LoRA (kvr_convert_opts.default_lora) salts stores whose event names none, and
+ * only those: an event's own lora_name wins, an empty one counts as none (hashing.md §2). */
+START_TEST(test_default_lora)
+{
+    struct fx f;
+    uint64_t h[] = {1, 2};
+    fx_init(&f, 4, 0);
+    f.o.default_lora = "adapter-a";
+    f.o.default_lora_len = 9;
+    struct stored_spec none = {h, 2, 0, 0, T0_11, 8, 4, "GPU", NULL, NULL};
+    stored_batch(&f, &none);
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    ck_assert_uint_eq(f.out.ev[0].blocks[0].tokens_hash, 6665157333201000639ULL); /* §9 adapter-a */
+    ck_assert_uint_eq(f.out.ev[0].blocks[1].tokens_hash, 11721812545976571723ULL);
+    kvr_event_list_reset(&f.out);
+
+    struct stored_spec empty = {h, 1, 0, 0, T0_11, 4, 4, "GPU", "", NULL};
+    stored_batch(&f, &empty);
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    ck_assert_uint_eq(f.out.ev[0].blocks[0].tokens_hash, 6665157333201000639ULL);
+    kvr_event_list_reset(&f.out);
+
+    struct stored_spec own = {h, 1, 0, 0, T0_11, 4, 4, "GPU", "adapter-b", NULL};
+    stored_batch(&f, &own);
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    uint64_t want_b = kvr_hash_xxh3(T0_11, 16, kvr_hash_salt(NULL, 0, "adapter-b", 9));
+    ck_assert_uint_eq(f.out.ev[0].blocks[0].tokens_hash, want_b);
+    kvr_event_list_reset(&f.out);
+
+    struct stored_spec ns = {h, 1, 0, 0, T0_11, 4, 4, "GPU", NULL, "tenant-a"};
+    stored_batch(&f, &ns); /* with a namespace: both salts, as for an event naming both */
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    ck_assert_uint_eq(f.out.ev[0].blocks[0].tokens_hash, 8269515957840517240ULL);
+    kvr_event_list_reset(&f.out);
+
+    f.o.default_lora = NULL; /* no default: unsalted */
+    f.o.default_lora_len = 0;
+    stored_batch(&f, &none);
+    ck_assert_int_eq(convert(&f, 0), KVR_OK);
+    ck_assert_uint_eq(f.out.ev[0].blocks[0].tokens_hash, L_0_3);
+    fx_free(&f);
+}
+END_TEST
+
 /* Eagle windows (hashing.md §5, §9.6). */
 START_TEST(test_eagle)
 {
@@ -780,6 +824,7 @@ Suite *event_convert_suite(void)
     tcase_add_test(api, test_v2_rank_override);
     tcase_add_test(api, test_v3_registered_rank);
     tcase_add_test(api, test_salts);
+    tcase_add_test(api, test_default_lora);
     tcase_add_test(api, test_eagle);
     tcase_add_test(api, test_bigram);
     tcase_add_test(api, test_multimodal);
