@@ -12,42 +12,35 @@
 -- Defaults overlap_weight 1.0, temperature 0 (Dynamo's defaults).
 -- Guarantees always returns one candidate; O(candidates); at T == 0 it makes exactly the
 --          choice of the built-in C fallback (test_policies.c checks this on random inputs).
+-- Speed    the O(candidates) loop is kvr.classic_costs (the formula above, in the runtime's
+--          JIT-compiled code), so the policy costs about the same sandboxed as trusted;
+--          cost_of below is the same formula in plain Lua, and selftest checks the two agree.
 local params = {
     overlap_weight = 1.0,
     temperature = 0.0,
 }
 
+local costs, trees = {}, {} -- scratch, reused from request to request (this thread's)
+
 local function select(req, candidates)
     local w = req.overlap_weight or params.overlap_weight
     local temperature = req.temperature or params.temperature
-    local bs, isl = req.block_size, req.tokens
+    kvr.classic_costs(req, candidates, w, costs, trees)
     if temperature > 0 then
-        local costs = {}
-        for i = 1, #candidates do
-            local c = candidates[i]
-            local prefill = isl - c.overlap * bs
-            if prefill < 0 then
-                prefill = 0
-            end
-            prefill = prefill + c.prefill_tokens
-            costs[i] = w * (prefill / bs) + (c.new_blocks + c.decode_blocks)
-        end
         return candidates[kvr.softmax_pick(costs, temperature)]
     end
-    local best, best_cost, best_tree = nil, math.huge, math.huge
-    for i = 1, #candidates do
-        local c = candidates[i]
-        local prefill = isl - c.overlap * bs
-        if prefill < 0 then
-            prefill = 0
-        end
-        prefill = prefill + c.prefill_tokens
-        local cost = w * (prefill / bs) + (c.new_blocks + c.decode_blocks)
-        if cost < best_cost or (cost == best_cost and c.tree_blocks < best_tree) then
-            best, best_cost, best_tree = c, cost, c.tree_blocks
-        end
+    return candidates[kvr.argmin(costs, trees)] -- ties: fewer tree_blocks, then the earlier one
+end
+
+-- The formula, spelled out (the reference kvr.classic_costs must match).
+local function cost_of(req, c, w)
+    local bs = req.block_size
+    local prefill = req.tokens - c.overlap * bs
+    if prefill < 0 then
+        prefill = 0
     end
-    return best
+    prefill = prefill + c.prefill_tokens
+    return w * (prefill / bs) + (c.new_blocks + c.decode_blocks)
 end
 
 local function selftest()
@@ -65,6 +58,24 @@ local function selftest()
     a.decode_blocks = 4
     if select(req, { a, b }) ~= b then
         return false, "B should win once A carries 4 more decode blocks"
+    end
+    local list = {}
+    for i = 1, 37 do
+        list[i] = { overlap = i % 7, prefill_tokens = (i * 37) % 101, decode_blocks = i % 5,
+            new_blocks = (i * 3) % 11, tree_blocks = i }
+    end
+    local rq = { tokens = 130, block_size = 16 }
+    for _, w in ipairs({ 1.0, 0.5, 2.75 }) do
+        kvr.classic_costs(rq, list, w, costs, trees)
+        for i = 1, #list do
+            if costs[i] ~= cost_of(rq, list[i], w) or trees[i] ~= i then
+                return false, "kvr.classic_costs differs from the formula at " .. i
+            end
+        end
+    end
+    kvr.classic_costs(rq, { a }, 1.0, costs, trees)
+    if #costs ~= 1 or #trees ~= 1 then
+        return false, "stale costs beyond the candidates"
     end
     return true
 end

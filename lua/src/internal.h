@@ -241,7 +241,20 @@ struct kvr_lua_runtime {
         size_t len;
     } * dir_cache;
     size_t n_dir_cache;
+    /* kvr.core and kvr.policy compiled once (lua_dump) when the embedded copies are used:
+     * every state loads bytecode instead of parsing ~1,100 lines (style.md §7). */
+    struct lib_bc {
+        char *p; /* owned; NULL: compile from source (lib_dir set) */
+        size_t len;
+    } lib_bc[2];
 };
+
+/* Index of a library module in kvr_lua_runtime.lib_bc. */
+enum { LIB_CORE = 0, LIB_POLICY = 1 };
+
+/* Compiles the embedded kvr.core and kvr.policy into rt->lib_bc (no-op with cfg.lib_dir).
+ * Returns a kvr_lua_status; err receives the message. */
+int lstate_compile_library(kvr_lua_runtime_t *rt, char *err, size_t err_len);
 
 /* Monotonic nanoseconds. */
 uint64_t kvr_lua_now_ns(void);

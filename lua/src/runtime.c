@@ -98,10 +98,13 @@ int kvr_lua_runtime_new(const struct kvr_lua_config *cfg, kvr_lua_runtime_t **ou
         kvr_lua_runtime_free(rt);
         return KVR_ENOMEM;
     }
-    /* Prove the embedded library loads (a broken build fails here, not on the first VM). */
+    /* Compile the library once, then prove it loads (a broken build fails here, not on the
+     * first VM). */
     struct lstate *s = NULL;
     char err[ERR_CAP];
-    int st = lstate_new(rt, NULL, 0, cfg->seed, &s, err, sizeof(err));
+    int st = lstate_compile_library(rt, err, sizeof(err));
+    if (st == KVR_LUA_OK)
+        st = lstate_new(rt, NULL, 0, cfg->seed, &s, err, sizeof(err));
     if (st != KVR_LUA_OK) {
         rt_log(rt, KVR_LUA_LOG_ERROR, "kvr_lua: cannot load the kvr library: %s", err);
         kvr_lua_runtime_free(rt);
@@ -120,6 +123,8 @@ void kvr_lua_runtime_free(kvr_lua_runtime_t *rt)
     set_unref(rt->set);
     for (size_t i = 0; i < rt->n_dir_cache; i++)
         free(rt->dir_cache[i].src);
+    for (int i = 0; i < 2; i++)
+        free(rt->lib_bc[i].p);
     free(rt->dir_cache);
     pthread_mutex_destroy(&rt->install_mu);
     pthread_cond_destroy(&rt->cond);

@@ -306,8 +306,17 @@ struct setup_ctx {
     int failed;
 };
 
-static int load_module(lua_State *L, struct setup_ctx *c, const char *mod, const char *chunkname)
+static int load_module(lua_State *L, struct setup_ctx *c, int lib, const char *mod,
+                       const char *chunkname)
 {
+    const struct lib_bc *bc = &c->rt->lib_bc[lib];
+    if (bc->p != NULL) { /* compiled once per runtime */
+        if (luaL_loadbufferx(L, bc->p, bc->len, chunkname, "b") != 0) {
+            copy_err(c->err, c->err_len, lua_tostring(L, -1));
+            return -1;
+        }
+        return 0;
+    }
     size_t len;
     int owned;
     const char *src = module_source(c->rt, mod, &len, &owned, c->err, c->err_len);
@@ -321,6 +330,27 @@ static int load_module(lua_State *L, struct setup_ctx *c, const char *mod, const
         return -1;
     }
     return 0;
+}
+
+int lstate_compile_library(kvr_lua_runtime_t *rt, char *err, size_t err_len)
+{
+    if (rt->cfg.lib_dir != NULL)
+        return KVR_LUA_OK; /* development: re-read the files for every state */
+    static const struct {
+        const char *mod, *name;
+    } libs[] = {{"kvr.core", "kvr/core"}, {"kvr.policy", "kvr/policy"}};
+    for (int i = 0; i < 2; i++) {
+        const struct kvr_lua_embedded *e = embedded_find(libs[i].mod);
+        if (e == NULL) {
+            snprintf(err, err_len, "embedded module %s missing", libs[i].mod);
+            return KVR_LUA_ERRRUN;
+        }
+        int st = lua_compile(libs[i].name, e->data, e->len, &rt->lib_bc[i].p, &rt->lib_bc[i].len,
+                             err, err_len);
+        if (st != KVR_LUA_OK)
+            return st;
+    }
+    return KVR_LUA_OK;
 }
 
 /* Runs inside lua_cpcall: everything here may raise (allocation) without reaching the panic. */
@@ -358,7 +388,7 @@ static int setup(lua_State *L)
     lua_pop(L, 1);
 
     /* kvr.core (ffi, api, vm, call, cdef, opts) */
-    if (load_module(L, c, "kvr.core", "@kvr/core.lua") != 0)
+    if (load_module(L, c, LIB_CORE, "kvr.core", "@kvr/core.lua") != 0)
         goto fail;
     lua_getfield(L, LUA_REGISTRYINDEX, "kvr.ffi");
     lua_pushlightuserdata(L, (void *)kvr_ffi_api());
@@ -374,7 +404,7 @@ static int setup(lua_State *L)
     int core = lua_gettop(L);
 
     /* kvr.policy (core, opts) */
-    if (load_module(L, c, "kvr.policy", "@kvr/policy.lua") != 0)
+    if (load_module(L, c, LIB_POLICY, "kvr.policy", "@kvr/policy.lua") != 0)
         goto fail;
     lua_pushvalue(L, core);
     lua_pushvalue(L, opts);

@@ -7,7 +7,8 @@
  *                                   refused. Runs on the control thread.
  *   POST /admin/reload              re-read the configured policy files (as SIGHUP)
  *   POST /admin/snapshot[?path=P]   write a snapshot now (atomic: temp file, fsync, rename);
- *                                   200 {"path", "bytes", "models", "ms"}
+ *                                   200 {"path", "bytes", "models", "ms"}; P only names a file
+ *                                   in the directory of --snapshot FILE (snapshots.h), else 400
  */
 #include <event2/http.h>
 #include <stdio.h>
@@ -37,10 +38,10 @@ static void set_error(struct srv_job *j, int status, const char *msg)
 static void run_snapshot(struct srv_control *c, struct srv_job *j)
 {
     struct srv *s = srv_control_server(c);
-    const char *path = j->param[0] ? j->param : s->cfg->snapshot_path;
-    char err[512];
-    if (path == NULL) {
-        set_error(j, 400, "no snapshot path: start with --snapshot FILE or pass ?path=FILE");
+    char err[512], path[4096];
+    /* ?path= only within the configured file's directory (snapshots.h) */
+    if (srv_snapshot_resolve(s, j->param, path, sizeof(path), err, sizeof(err)) != KVR_OK) {
+        set_error(j, 400, err);
         return;
     }
     uint64_t t0 = srv_now_ms(), bytes = 0;

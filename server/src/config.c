@@ -42,7 +42,15 @@ static const struct opt opts[] = {
     {"threads", "threads", T_U32, OFF(threads), 1, SRV_MAX_THREADS, "N",
      "HTTP threads, each with its own event loop on the shared port", "2"},
     {"admin-token", "admin_token", T_STR, OFF(admin_token), 0, 0, "TOKEN",
-     "bearer token for /admin/*; without it admin routes answer loopback clients only", "none"},
+     "bearer token for the protected routes (/admin/*, POST/DELETE /v1/workers, /register, "
+     "/unregister, /dump); without it they answer loopback clients only",
+     "none"},
+    {"open-indexer-api", "open_indexer_api", T_BOOL, OFF(open_indexer_api), 0, 1, NULL,
+     "leave the Dynamo-compatible indexer writes (/register, /unregister) and /dump open to "
+     "every client",
+     "off"},
+    {"test-loopback-is-remote", "test_loopback_is_remote", T_BOOL, OFF(test_loopback_is_remote), 0,
+     1, NULL, "testing only: the protected routes treat loopback clients as remote (403)", "off"},
     {"max-body", "limits.max_body", T_SIZE, OFF(max_body), 64, UINT32_MAX, "SIZE",
      "largest request body (bigger: 413)", "8M"},
     {"max-headers", "limits.max_headers", T_SIZE, OFF(max_headers), 256, 16u << 20, "SIZE",
@@ -51,6 +59,11 @@ static const struct opt opts[] = {
      "open client connections (spread over threads); new ones wait in the backlog", "10000"},
     {"timeout", "limits.timeout", T_MS, OFF(timeout_ms), 1, 86400000, "DUR",
      "client connection read/write idle timeout", "60s"},
+    {"header-timeout", "limits.header_timeout", T_MS, OFF(header_timeout_ms), 1, 86400000, "DUR",
+     "a request's line and headers must arrive within DUR of its first byte (then 408, closed)",
+     "10s"},
+    {"body-timeout", "limits.body_timeout", T_MS, OFF(body_timeout_ms), 1, 86400000, "DUR",
+     "a request's body must arrive within DUR of the end of its headers (then 408, closed)", "60s"},
     {"upstream-timeout", "limits.upstream_timeout", T_MS, OFF(upstream_timeout_ms), 1, 86400000,
      "DUR", "worker connect and read idle timeout", "300s"},
     {"upstream-pool", "limits.upstream_pool", T_U32, OFF(upstream_pool), 1, 100000, "N",
@@ -399,6 +412,8 @@ void srv_config_init(struct srv_config *cfg)
     cfg->max_connections = 10000;
     cfg->upstream_pool = 64;
     cfg->timeout_ms = 60000;
+    cfg->header_timeout_ms = 10000;
+    cfg->body_timeout_ms = 60000;
     cfg->upstream_timeout_ms = 300000;
     cfg->policy_budget_ms = 10;
     cfg->health_interval_ms = 10000;
@@ -802,10 +817,18 @@ int srv_config_add_worker_spec(struct srv_config *cfg, const char *spec, char *e
 
 /* ==== the Lua file ============================================================================ */
 
+#if defined(KVR_FUZZING)
+/* fuzzing builds (fuzz/fuzz_config.c): small budgets, so a looping input costs milliseconds */
+#define LUA_MEM_CAP (16u << 20)
+#define LUA_INSN_BUDGET 200000u
+#define LUA_HOOK_EVERY 1000
+#define LUA_TIME_BUDGET_S 0.05
+#else
 #define LUA_MEM_CAP (64u << 20)
 #define LUA_INSN_BUDGET 50000000u /* instructions for the whole chunk */
 #define LUA_HOOK_EVERY 1000
 #define LUA_TIME_BUDGET_S 2.0 /* wall time for the whole chunk (C functions included) */
+#endif
 
 struct lua_alloc {
     size_t used;

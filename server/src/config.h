@@ -90,13 +90,17 @@ struct srv_config {
     uint16_t listen_port;
     uint16_t pad0_;
     uint32_t threads;
-    char *admin_token; /* (owned) or NULL */
+    char *admin_token;           /* (owned) or NULL */
+    int open_indexer_api;        /* /register, /unregister, /dump open to everyone (auth.h) */
+    int test_loopback_is_remote; /* tests only: the admin gate treats loopback peers as remote */
 
     uint64_t max_body;            /* bytes (8 MiB) */
     uint64_t max_headers;         /* bytes (64 KiB) */
     uint32_t max_connections;     /* open client connections (10000) */
     uint32_t upstream_pool;       /* connections per worker per thread (64) */
     uint64_t timeout_ms;          /* client read/write idle timeout (60 s) */
+    uint64_t header_timeout_ms;   /* a request's header block, from its first byte (10 s) */
+    uint64_t body_timeout_ms;     /* its body, from the end of the headers (60 s) */
     uint64_t upstream_timeout_ms; /* worker connect/read idle timeout (300 s) */
 
     char *snapshot_path;         /* (owned) or NULL */

@@ -1,4 +1,5 @@
-/* http.c - request dispatch, replies, connection tracking, admin gate (see server.h). */
+/* http.c - request dispatch, replies, connection tracking, request-read deadlines, the gate of
+ * the protected routes (see server.h, auth.h). */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -10,8 +11,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 
 #include "api.h"
+#include "auth.h"
 #include "clock.h"
 #include "jsonw.h"
 #include "kvr/err.h"
@@ -93,11 +96,18 @@ int srv_status_of(int kvr_err)
 
 /* ==== finishing requests ====================================================================== */
 
+static void request_done(struct srv_conn *c);
+
 static void finish(struct srv_hreq *h, int status)
 {
     struct srv_thread *t = h->t;
     if (h->conn != NULL && h->conn->watch != NULL)
         h->conn->watch = NULL;
+    /* the connection may carry the next request: its first byte arms the deadline again (only
+     * while h's request still belongs to it: a detached request's record may be reused) */
+    if (h->conn != NULL && h->req != NULL && h->conn->evcon != NULL &&
+        evhttp_request_get_connection(h->req) == h->conn->evcon)
+        request_done(h->conn);
     h->req = NULL;
     h->conn = NULL;
     srv_stat_add(&t->st.req[h->route][srv_code_index(status)], 1);
@@ -340,24 +350,14 @@ int srv_query_param(struct srv_hreq *h, const char *name, char *out, size_t cap)
     return found;
 }
 
-static int ct_equal(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned char d = (unsigned char)(la != lb);
-    for (size_t k = 0; k < la; k++)
-        d |= (unsigned char)(a[k] ^ b[k % (lb ? lb : 1)]);
-    return d == 0;
-}
-
 int srv_admin_allowed(struct srv_hreq *h)
 {
-    const char *token = h->t->srv->cfg->admin_token;
-    if (token != NULL) {
-        const char *auth = srv_header(h, "Authorization");
-        if (auth != NULL && strncasecmp(auth, "Bearer ", 7) == 0 && ct_equal(auth + 7, token))
+    const struct srv_config *cfg = h->t->srv->cfg;
+    if (cfg->admin_token != NULL) {
+        if (srv_auth_bearer_ok(srv_header(h, "Authorization"), cfg->admin_token))
             return 1;
         srv_reply_header(h, "WWW-Authenticate", "Bearer realm=\"kvrouter\"");
-        srv_reply_error(h, 401, "admin routes need 'Authorization: Bearer <admin token>'");
+        srv_reply_error(h, 401, "%s needs 'Authorization: Bearer <admin token>'", h->path);
         return 0;
     }
     char *addr = NULL;
@@ -365,12 +365,12 @@ int srv_admin_allowed(struct srv_hreq *h)
     struct evhttp_connection *evcon = evhttp_request_get_connection(h->req);
     if (evcon != NULL)
         evhttp_connection_get_peer(evcon, &addr, &port);
-    if (addr != NULL && (strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0 ||
-                         strncmp(addr, "::ffff:127.", 11) == 0))
+    if (!cfg->test_loopback_is_remote && srv_auth_is_loopback(addr))
         return 1;
     srv_reply_error(h, 403,
-                    "admin routes are refused to non-loopback clients when no admin token is "
-                    "configured (--admin-token)");
+                    "%s is refused to non-loopback clients when no admin token is configured "
+                    "(--admin-token)",
+                    h->path);
     return 0;
 }
 
@@ -506,8 +506,157 @@ static void ctab_grow(struct srv_thread *t)
     free(ot);
 }
 
+/* ==== request-read deadlines ================================================================== */
+
+/* A connection's read state. A slow-loris client sends a request one byte at a time, each byte
+ * resetting libevent's idle timeout (--timeout); these deadlines bound the whole request instead:
+ *
+ *   IDLE ──first byte──▶ HEADERS ──blank line──▶ BODY ──evhttp dispatches──▶ DISPATCHED
+ *    ▲   (arm --header-timeout)    (arm --body-timeout)       (disarm)            │
+ *    └────────────────────────── reply handed over (finish) ◀─────────────────────┘
+ *
+ * An idle keep-alive connection arms nothing (--timeout closes it). Bytes are watched through an
+ * evbuffer callback on the connection's input, which runs as they are read, before evhttp parses
+ * them; only HEADERS scans them (for the blank line), so bodies cost nothing. When a deadline
+ * passes, the client gets a best-effort 408 and the connection is closed; other connections are
+ * not affected (kvrouter_http_slow_clients_total counts them). */
+enum { RS_IDLE = 0, RS_HEADERS, RS_BODY, RS_DISPATCHED };
+
+static void deadline_arm(struct srv_conn *c, uint64_t ms)
+{
+    if (c->ev_deadline == NULL)
+        return;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(c->ev_deadline, &tv);
+}
+
+/* Feeds request bytes to the header-end scanner; 1 once the blank line has been seen. */
+static int scan_header_end(struct srv_conn *c, const unsigned char *p, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (p[k] == '\n') {
+            if (c->eol)
+                return 1;
+            c->eol = 1;
+        } else if (p[k] != '\r') {
+            c->eol = 0;
+        }
+    }
+    return 0;
+}
+
+/* Scans the input from byte `from` on, in HEADERS; moves to BODY at the blank line. */
+static void scan_input(struct srv_conn *c, struct evbuffer *in, size_t from)
+{
+    const struct srv_config *cfg = c->t->srv->cfg;
+    struct evbuffer_ptr pos;
+    if (evbuffer_ptr_set(in, &pos, from, EVBUFFER_PTR_SET) != 0)
+        return;
+    for (;;) {
+        struct evbuffer_iovec v[8];
+        int nv = evbuffer_peek(in, -1, &pos, v, 8);
+        size_t seen = 0;
+        for (int k = 0; k < nv && k < 8; k++) {
+            if (scan_header_end(c, v[k].iov_base, v[k].iov_len)) {
+                c->rstate = RS_BODY;
+                deadline_arm(c, cfg->body_timeout_ms);
+                return;
+            }
+            seen += v[k].iov_len;
+        }
+        if (nv <= 8 || evbuffer_ptr_set(in, &pos, seen, EVBUFFER_PTR_ADD) != 0)
+            return;
+    }
+}
+
+static void begin_request(struct srv_conn *c, struct evbuffer *in, size_t from)
+{
+    if (c->rstate == RS_IDLE) {
+        c->rstate = RS_HEADERS;
+        c->eol = 0;
+        deadline_arm(c, c->t->srv->cfg->header_timeout_ms);
+    }
+    if (c->rstate == RS_HEADERS)
+        scan_input(c, in, from);
+}
+
+static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct srv_conn *c = arg;
+    if (info->n_added == 0 || c->evcon == NULL || c->rstate == RS_BODY ||
+        c->rstate == RS_DISPATCHED)
+        return;
+    size_t len = evbuffer_get_length(in);
+    begin_request(c, in, info->n_added < len ? len - info->n_added : 0);
+}
+
+/* The reply of c's request was handed over: wait for the next one (maybe already buffered). */
+static void request_done(struct srv_conn *c)
+{
+    c->rstate = RS_IDLE;
+    if (c->ev_deadline != NULL)
+        evtimer_del(c->ev_deadline);
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+    struct evbuffer *in = bev != NULL ? bufferevent_get_input(bev) : NULL;
+    if (in != NULL && evbuffer_get_length(in) > 0)
+        begin_request(c, in, 0); /* pipelined */
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv_conn *c = arg;
+    struct srv_thread *t = c->t;
+    (void)fd;
+    (void)what;
+    if (c->evcon == NULL || c->rstate == RS_IDLE || c->rstate == RS_DISPATCHED)
+        return;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+    if (bev != NULL && evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
+        /* the previous reply is still going out (a slow reader, bounded by --timeout): the
+         * pipelined request behind it has not really started */
+        deadline_arm(c, t->srv->cfg->header_timeout_ms);
+        return;
+    }
+    srv_stat_add(&t->st.slow_clients, 1);
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+    evhttp_connection_get_peer(c->evcon, &addr, &port);
+    if (srv_log_ratelimit(&t->rl_warn, srv_now_ms(), 10000))
+        srv_logf(t->srv->log, SRV_LOG_WARN, t->name,
+                 "%s:%u: request %s not complete within %llu ms: closed (408; "
+                 "kvrouter_http_slow_clients_total counts them)",
+                 addr ? addr : "?", (unsigned)port, c->rstate == RS_HEADERS ? "headers" : "body",
+                 (unsigned long long)(c->rstate == RS_HEADERS ? t->srv->cfg->header_timeout_ms
+                                                              : t->srv->cfg->body_timeout_ms));
+    evutil_socket_t sfd = bev != NULL ? bufferevent_getfd(bev) : -1;
+    if (sfd != -1) {
+        /* best effort, straight to the socket (the connection is freed right after): then
+         * drain what the client sent, so closing does not turn into a reset that would
+         * destroy the answer before the client reads it */
+        static const char body[] = "{\"error\":\"request not received in time\"}";
+        char msg[256];
+        int n = snprintf(msg, sizeof(msg),
+                         "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                         sizeof(body) - 1, body);
+        (void)send(sfd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)shutdown(sfd, SHUT_WR);
+        char sink[4096];
+        for (int k = 0; k < 16 && recv(sfd, sink, sizeof(sink), MSG_DONTWAIT) > 0; k++)
+            ;
+    }
+    evhttp_connection_free(c->evcon); /* on_conn_close releases the record */
+}
+
 static void conn_remove(struct srv_thread *t, struct srv_conn *c)
 {
+    if (c->ev_deadline != NULL)
+        evtimer_del(c->ev_deadline);
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+    if (c->in_cb != NULL && bev != NULL)
+        evbuffer_remove_cb_entry(bufferevent_get_input(bev), c->in_cb);
+    c->in_cb = NULL;
+    c->rstate = RS_IDLE;
     struct srv_conn **pp = &t->ctab[chash(t, c->evcon)];
     while (*pp != NULL && *pp != c)
         pp = &(*pp)->hnext;
@@ -579,9 +728,9 @@ static struct srv_conn *conn_add(struct srv_thread *t, struct evhttp_connection 
         c = NULL;
     else if (c != NULL)
         t->cfree = c->hnext;
-    else
-        c = malloc(sizeof(*c));
-    if (c == NULL) { /* untracked: uncount it */
+    else if ((c = malloc(sizeof(*c))) != NULL)
+        c->ev_deadline = evtimer_new(t->base, on_deadline, c); /* NULL: no deadline (OOM) */
+    if (c == NULL) {                                           /* untracked: uncount it */
         atomic_store_explicit(&t->n_conns, n - 1, memory_order_relaxed);
         return NULL;
     }
@@ -589,6 +738,16 @@ static struct srv_conn *conn_add(struct srv_thread *t, struct evhttp_connection 
     c->t = t;
     c->watch = NULL;
     c->abort_req = NULL;
+    c->rstate = RS_IDLE;
+    c->eol = 0;
+    c->in_cb = NULL;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    if (bev != NULL) {
+        struct evbuffer *in = bufferevent_get_input(bev);
+        c->in_cb = evbuffer_add_cb(in, on_input, c);
+        if (evbuffer_get_length(in) > 0)
+            begin_request(c, in, 0);
+    }
     size_t b = chash(t, evcon);
     c->hnext = t->ctab[b];
     t->ctab[b] = c;
@@ -685,6 +844,8 @@ void srv_http_conn_table_free(struct srv_thread *t)
         for (size_t k = 0; k <= t->ctab_mask; k++)
             for (struct srv_conn *c = t->ctab[k], *next; c != NULL; c = next) {
                 next = c->hnext;
+                if (c->ev_deadline != NULL)
+                    event_free(c->ev_deadline);
                 free(c);
             }
     }
@@ -692,6 +853,8 @@ void srv_http_conn_table_free(struct srv_thread *t)
     t->ctab = NULL;
     for (struct srv_conn *c = t->cfree, *next; c != NULL; c = next) {
         next = c->hnext;
+        if (c->ev_deadline != NULL)
+            event_free(c->ev_deadline);
         free(c);
     }
     t->cfree = NULL;
@@ -709,34 +872,42 @@ void srv_http_conn_table_free(struct srv_thread *t)
 #define M_POST EVHTTP_REQ_POST
 #define M_DELETE EVHTTP_REQ_DELETE
 
+/* The protected routes (auth.h): `gated` lists the methods that pass srv_admin_allowed first;
+ * `indexer` marks the Dynamo-compatible ones --open-indexer-api leaves open. */
+enum { GATE_ALWAYS = 0, GATE_INDEXER = 1 };
+
 struct route {
     const char *path;
     int prefix; /* 1: matches path and anything below "path/" */
     int route;  /* enum srv_route */
     unsigned methods;
+    unsigned gated; /* methods that need the admin gate */
+    int indexer;    /* GATE_INDEXER: --open-indexer-api opens them */
     void (*fn)(struct srv_hreq *h);
 };
 
 static const struct route routes[] = {
-    {"/query_by_hash", 0, SRV_R_QUERY_BY_HASH, M_POST, srv_api_query_by_hash},
-    {"/query", 0, SRV_R_QUERY, M_POST, srv_api_query},
-    {"/v1/route", 0, SRV_R_ROUTE, M_POST, srv_api_route},
-    {"/v1/route", 1, SRV_R_ROUTE_ID, M_POST | M_DELETE, srv_api_route_id},
-    {"/v1/completions", 0, SRV_R_COMPLETIONS, M_POST, srv_api_completions},
-    {"/v1/chat/completions", 0, SRV_R_CHAT, M_POST, srv_api_chat},
-    {"/v1/events", 0, SRV_R_EVENTS, M_POST, srv_api_events},
-    {"/register", 0, SRV_R_REGISTER, M_POST, srv_api_register},
-    {"/unregister", 0, SRV_R_UNREGISTER, M_POST, srv_api_unregister},
-    {"/workers", 0, SRV_R_WORKERS, M_GET, srv_api_workers_indexer},
-    {"/dump", 0, SRV_R_DUMP, M_GET, srv_api_dump},
-    {"/v1/models", 0, SRV_R_MODELS, M_GET, srv_api_models},
-    {"/v1/workers", 0, SRV_R_V1_WORKERS, M_GET | M_POST | M_DELETE, srv_api_v1_workers},
-    {"/v1/workers", 1, SRV_R_V1_WORKERS, M_GET | M_DELETE, srv_api_v1_workers},
-    {"/admin", 1, SRV_R_ADMIN, M_GET | M_POST, srv_api_admin},
-    {"/metrics", 0, SRV_R_METRICS, M_GET, srv_api_metrics},
-    {"/healthz", 0, SRV_R_HEALTHZ, M_GET, srv_api_healthz},
-    {"/health", 0, SRV_R_HEALTHZ, M_GET, srv_api_healthz},
-    {"/readyz", 0, SRV_R_READYZ, M_GET, srv_api_readyz},
+    {"/query_by_hash", 0, SRV_R_QUERY_BY_HASH, M_POST, 0, 0, srv_api_query_by_hash},
+    {"/query", 0, SRV_R_QUERY, M_POST, 0, 0, srv_api_query},
+    {"/v1/route", 0, SRV_R_ROUTE, M_POST, 0, 0, srv_api_route},
+    {"/v1/route", 1, SRV_R_ROUTE_ID, M_POST | M_DELETE, 0, 0, srv_api_route_id},
+    {"/v1/completions", 0, SRV_R_COMPLETIONS, M_POST, 0, 0, srv_api_completions},
+    {"/v1/chat/completions", 0, SRV_R_CHAT, M_POST, 0, 0, srv_api_chat},
+    {"/v1/events", 0, SRV_R_EVENTS, M_POST, 0, 0, srv_api_events},
+    {"/register", 0, SRV_R_REGISTER, M_POST, M_POST, GATE_INDEXER, srv_api_register},
+    {"/unregister", 0, SRV_R_UNREGISTER, M_POST, M_POST, GATE_INDEXER, srv_api_unregister},
+    {"/workers", 0, SRV_R_WORKERS, M_GET, 0, 0, srv_api_workers_indexer},
+    {"/dump", 0, SRV_R_DUMP, M_GET, M_GET, GATE_INDEXER, srv_api_dump},
+    {"/v1/models", 0, SRV_R_MODELS, M_GET, 0, 0, srv_api_models},
+    {"/v1/workers", 0, SRV_R_V1_WORKERS, M_GET | M_POST | M_DELETE, M_POST | M_DELETE, GATE_ALWAYS,
+     srv_api_v1_workers},
+    {"/v1/workers", 1, SRV_R_V1_WORKERS, M_GET | M_DELETE, M_DELETE, GATE_ALWAYS,
+     srv_api_v1_workers},
+    {"/admin", 1, SRV_R_ADMIN, M_GET | M_POST, M_GET | M_POST, GATE_ALWAYS, srv_api_admin},
+    {"/metrics", 0, SRV_R_METRICS, M_GET, 0, 0, srv_api_metrics},
+    {"/healthz", 0, SRV_R_HEALTHZ, M_GET, 0, 0, srv_api_healthz},
+    {"/health", 0, SRV_R_HEALTHZ, M_GET, 0, 0, srv_api_healthz},
+    {"/readyz", 0, SRV_R_READYZ, M_GET, 0, 0, srv_api_readyz},
 };
 
 static void allow_header(struct srv_hreq *h, unsigned methods)
@@ -768,6 +939,11 @@ void srv_http_dispatch(struct evhttp_request *req, void *arg)
     h.conn = conn_find(t, evcon);
     if (h.conn == NULL && evcon != NULL) /* not seen at accept (should not happen): track now */
         h.conn = conn_add(t, evcon, 0);
+    if (h.conn != NULL) { /* the request is complete: its read deadline is over */
+        h.conn->rstate = RS_DISPATCHED;
+        if (h.conn->ev_deadline != NULL)
+            evtimer_del(h.conn->ev_deadline);
+    }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     h.path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
     h.query = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
@@ -787,6 +963,9 @@ void srv_http_dispatch(struct evhttp_request *req, void *arg)
             srv_reply_error(&h, 405, "method not allowed on %s", h.path);
             return;
         }
+        if ((r->gated & method) && !(r->indexer == GATE_INDEXER && t->srv->cfg->open_indexer_api) &&
+            !srv_admin_allowed(&h))
+            return;
         r->fn(&h);
         return;
     }

@@ -430,6 +430,10 @@ void srv_api_metrics(struct srv_hreq *h)
             SUM(s, conns_accepted));
     counter(&p, "kvrouter_http_accept_pauses_total",
             "Times a thread paused accepting at the connection cap.", SUM(s, accept_pauses));
+    counter(&p, "kvrouter_http_slow_clients_total",
+            "Connections closed (408) because a request's headers or body did not arrive within "
+            "--header-timeout / --body-timeout.",
+            SUM(s, slow_clients));
 
     counter(&p, "kvrouter_route_no_worker_total",
             "Routing requests with no registered or eligible worker (503).",

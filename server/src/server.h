@@ -51,6 +51,7 @@ struct evhttp_connection;
 struct evhttp_bound_socket;
 struct evdns_base;
 struct evbuffer;
+struct evbuffer_cb_entry;
 struct bufferevent;
 struct srv;
 struct srv_thread;
@@ -75,6 +76,12 @@ struct srv_conn {
     struct srv_conn_watch *watch;     /* the request in flight that wants to know, or NULL */
     struct srv_conn *hnext;           /* hash chain / free list */
     struct evhttp_request *abort_req; /* a cut stream waiting for its output to flush */
+    /* request-read deadline (http.c): armed at a request's first byte (--header-timeout), again
+     * at the end of its headers (--body-timeout), cleared at dispatch */
+    struct event *ev_deadline;       /* owned by the record (reused with it) */
+    struct evbuffer_cb_entry *in_cb; /* watches the connection's input buffer */
+    int rstate;                      /* idle, headers, body, dispatched (http.c) */
+    int eol;                         /* header-end scanner: a line just ended */
 };
 
 /* ==== requests ================================================================================ */

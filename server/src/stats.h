@@ -64,6 +64,7 @@ struct srv_tstats {
     _Atomic uint64_t conns_accepted;
     _Atomic uint64_t conns_closed;
     _Atomic uint64_t accept_pauses; /* times the listener paused at the connection cap */
+    _Atomic uint64_t slow_clients;  /* connections cut by the header/body deadline (408) */
     _Atomic uint64_t route_decisions;
     _Atomic uint64_t route_no_worker; /* no eligible candidate */
     _Atomic uint64_t route_degraded;  /* every candidate ineligible: routed anyway? (no: 503) */

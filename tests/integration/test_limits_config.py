@@ -75,6 +75,122 @@ class Limits(unittest.TestCase):
             self.assertEqual(r.stop(), 0, r.stderr())
 
 
+def drip(port, head, body=b"", every=0.3, limit=30.0):
+    """Sends head then body one byte every `every` seconds until the server answers or closes.
+    Returns (seconds from the first byte, seconds from the end of the head or None, what the
+    server sent first)."""
+    import select
+    s = socket.create_connection(("127.0.0.1", port))
+    t0 = time.time()
+    t_head = None
+    data = head + body
+    got = b""
+    try:
+        if body:  # the headers in one go, then the body byte by byte
+            s.sendall(head)
+            t_head = time.time()
+            data = body
+        k = 0
+        while time.time() - t0 < limit:
+            if k < len(data):
+                try:
+                    s.sendall(data[k:k + 1])
+                except OSError:
+                    break
+                k += 1
+            rd, _, _ = select.select([s], [], [], every)
+            if rd:
+                try:
+                    got = s.recv(4096)
+                except OSError as e:
+                    got = repr(e).encode()
+                break
+        t1 = time.time()
+        return t1 - t0, (t1 - t_head) if t_head else None, got
+    finally:
+        s.close()
+
+
+class SlowClients(unittest.TestCase):
+    def test_slow_clients_are_cut_by_the_read_deadlines(self):
+        import threading
+        r = kvrh.Router("--header-timeout", "1", "--body-timeout", "1.5", "--timeout", "30",
+                        "--threads", "1")
+        try:
+            stop = threading.Event()
+            normal = {"ok": 0, "bad": [], "max": 0.0}
+
+            def serve():  # a normal client, served all along
+                while not stop.is_set():
+                    t = time.time()
+                    try:
+                        st = r.get("/healthz", timeout=5)[0]
+                    except OSError as e:
+                        st = repr(e)
+                    normal["max"] = max(normal["max"], time.time() - t)
+                    if st == 200:
+                        normal["ok"] += 1
+                    else:
+                        normal["bad"].append(st)
+                    time.sleep(0.02)
+            th = threading.Thread(target=serve)
+            th.start()
+            res = {}
+            head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200
+            post = b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+            jobs = [("h%d" % k, (head,)) for k in range(4)] + \
+                   [("b%d" % k, (post, b"[" * 100)) for k in range(2)]
+
+            def run_one(name, args):
+                res[name] = drip(r.port, *args)
+            ths = [threading.Thread(target=run_one, args=j) for j in jobs]
+            # within the deadlines: headers in three pieces over 0.6 s, then a body in 0.6 s
+            def polite():
+                s = socket.create_connection(("127.0.0.1", r.port))
+                s.settimeout(kvrh.scaled(5))
+                for piece in (b"POST /v1/events HTTP/1.1\r\n", b"Host: x\r\nContent-Le",
+                              b"ngth: 2\r\n\r\n"):
+                    s.sendall(piece)
+                    time.sleep(0.3)
+                s.sendall(b"[")
+                time.sleep(0.6)
+                s.sendall(b"]")
+                res["polite"] = s.recv(4096)
+                # keep-alive: idle for longer than both deadlines, then another request
+                time.sleep(2.0)
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                res["polite2"] = s.recv(4096)
+                s.close()
+            ths.append(threading.Thread(target=polite))
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join(kvrh.scaled(40))
+            stop.set()
+            th.join(10)
+            slack = kvrh.scaled(0.8)
+            for k in range(4):
+                total, _, got = res["h%d" % k]
+                self.assertGreaterEqual(total, 1.0 - 0.05, res)
+                self.assertLess(total, 1.0 + slack, res)
+                self.assertTrue(got.startswith(b"HTTP/1.1 408") or got == b"" or
+                                b"Reset" in got, got)
+            for k in range(2):
+                _, from_head, got = res["b%d" % k]
+                self.assertGreaterEqual(from_head, 1.5 - 0.05, res)
+                self.assertLess(from_head, 1.5 + slack, res)
+            self.assertTrue(any(res[n][2].startswith(b"HTTP/1.1 408") for n in res
+                                if n[0] in "hb"), res)
+            self.assertTrue(res["polite"].startswith(b"HTTP/1.1 200"), res["polite"])
+            self.assertTrue(res["polite2"].startswith(b"HTTP/1.1 200"), res["polite2"])
+            self.assertEqual(r.metric("kvrouter_http_slow_clients_total"), 6)
+            self.assertEqual(normal["bad"], [])
+            self.assertGreater(normal["ok"], 20)
+            self.assertLess(normal["max"], kvrh.scaled(0.5), normal)
+        finally:
+            self.assertEqual(r.stop(), 0, r.stderr())
+
+
 class Config(unittest.TestCase):
     def test_help_documents_every_option_and_each_is_accepted(self):
         code, out, _ = run("--help")
@@ -82,7 +198,8 @@ class Config(unittest.TestCase):
         opts = re.findall(r"^  (--[a-z-]+)(?: ([A-Z|:]+))?", out, re.M)
         names = [o for o, _ in opts]
         for must in ("--listen", "--threads", "--admin-token", "--max-body", "--max-headers",
-                     "--max-connections", "--timeout", "--snapshot", "--snapshot-period",
+                     "--max-connections", "--timeout", "--header-timeout", "--body-timeout",
+                     "--open-indexer-api", "--snapshot", "--snapshot-period",
                      "--policy", "--config", "--model", "--worker", "--retries",
                      "--health-interval", "--breaker-failures", "--tokenizer", "--help"):
             self.assertIn(must, names)
@@ -93,13 +210,16 @@ class Config(unittest.TestCase):
         sample = {"HOST:PORT": "127.0.0.1:0", "N": "3", "TOKEN": "a-long-token", "SIZE": "1M",
                   "DUR": "2s", "FILE": os.path.join(d, "x.snap"), "FILE|NAME": "kv",
                   "PATH": "/health", "MODE": "bytes", "LEVEL": "debug",
-                  "SPEC": None}
+                  "SPEC": None, "URL": "nats://127.0.0.1:4222", "SUBJECT": "kvr.test"}
+        by_name = {"--peers": "http://127.0.0.1:9", "--replica-flush": "5ms"}
         for name, meta in opts:
             if name in ("--help", "--version", "--check-config", "--model", "--worker"):
                 continue
             args = [name]
             if name == "--config":
                 args.append(cfg)
+            elif name in by_name:
+                args.append(by_name[name])
             elif meta:
                 args.append(sample[meta])
             if name == "--snapshot-period":

@@ -4,12 +4,16 @@ Starts the real binaries on 127.0.0.1 with ephemeral ports (kvrouter --listen 12
 kvr-mock-worker --port 0 print the ports they got), talks HTTP with http.client, and cleans up
 every process it started (by its Popen handle, never by name).
 
-Environment: KVR_BIN_DIR (the build's bin/ directory), set by CTest.
+Environment: KVR_BIN_DIR (the build's bin/ directory), set by CTest; KVR_WRAP, a command prefix
+for kvrouter (e.g. "valgrind --error-exitcode=99 ..."; the valgrind flavour sets it); and
+KVR_TIME_SCALE, a factor for every wait and timeout here (and for tests' own latency bounds,
+through scaled()), for slow runs under valgrind or sanitizers.
 """
 import http.client
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -20,12 +24,20 @@ import time
 BIN = os.environ.get("KVR_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin"))
 ROUTER = os.path.join(BIN, "kvrouter")
 MOCK = os.path.join(BIN, "kvr-mock-worker")
-WAIT_S = 15.0
+WRAP = shlex.split(os.environ.get("KVR_WRAP", ""))
+TIME_SCALE = float(os.environ.get("KVR_TIME_SCALE", "1") or 1)
+WAIT_S = 15.0  # scaled by wait_until
+
+
+def scaled(seconds):
+    """A time bound for this run: seconds x KVR_TIME_SCALE."""
+    return seconds * TIME_SCALE
 
 
 def wait_until(fn, timeout=WAIT_S, every=0.02, what="condition"):
-    """Polls fn() until it returns a true value; returns it, or raises AssertionError."""
-    end = time.time() + timeout
+    """Polls fn() until it returns a true value (for up to scaled(timeout) seconds); returns it,
+    or raises AssertionError."""
+    end = time.time() + scaled(timeout)
     last = None
     while time.time() < end:
         try:
@@ -75,6 +87,12 @@ class Proc:
             if m:
                 return m
             if self.p.poll() is not None:
+                # it exited: what it wrote last may still be in the pipes
+                self._t1.join(2)
+                self._t2.join(2)
+                m = rx.search(self.stdout() if stream == "out" else self.stderr())
+                if m:
+                    return m
                 raise AssertionError("%s exited with %s before printing %r\nstdout:\n%s\nstderr:\n%s"
                                      % (self.argv[0], self.p.returncode, pattern,
                                         self.stdout(), self.stderr()))
@@ -90,7 +108,7 @@ class Proc:
         if self.p.poll() is None:
             self.p.send_signal(sig)
             try:
-                self.p.wait(timeout)
+                self.p.wait(scaled(timeout))
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
@@ -102,26 +120,35 @@ class Proc:
 
 
 class Router(Proc):
-    """kvrouter on 127.0.0.1:<ephemeral>."""
+    """kvrouter on 127.0.0.1:<ephemeral> (or the host of `listen`), run under KVR_WRAP.
 
-    def __init__(self, *args, listen="127.0.0.1:0", env=None):
-        argv = [ROUTER, "--listen", listen] + [str(a) for a in args]
+    token: starts it with --admin-token TOKEN and sends "Authorization: Bearer TOKEN" with every
+    request (request(..., auth=False) leaves it out; an explicit Authorization header wins)."""
+
+    def __init__(self, *args, listen="127.0.0.1:0", env=None, token=None):
+        argv = WRAP + [ROUTER, "--listen", listen] + [str(a) for a in args]
+        if token is not None:
+            argv += ["--admin-token", token]
+        self.token = token
         super().__init__(argv, env=env)
         m = self.wait_line(r"listening on http://[^\s]+:(\d+)")
         self.port = int(m.group(1))
-        self.host = "127.0.0.1"
+        host = listen.rsplit(":", 1)[0].strip("[]")
+        self.host = "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else host
         wait_until(lambda: self.get("/healthz")[0] == 200, what="kvrouter /healthz")
 
     def conn(self, timeout=30):
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=scaled(timeout))
 
-    def request(self, method, path, body=None, headers=None, timeout=30):
+    def request(self, method, path, body=None, headers=None, timeout=30, auth=True):
         """Returns (status, headers dict (lower-case), body bytes)."""
         c = self.conn(timeout)
         try:
             if body is not None and not isinstance(body, (bytes, str)):
                 body = json.dumps(body)
             hdrs = {"Content-Type": "application/json"}
+            if auth and self.token is not None:
+                hdrs["Authorization"] = "Bearer " + self.token
             hdrs.update(headers or {})
             c.request(method, path, body=body, headers=hdrs)
             r = c.getresponse()
@@ -202,7 +229,7 @@ def free_port():
 
 def raw_http(port, data, read_timeout=5.0, host="127.0.0.1"):
     """Sends raw bytes, returns everything read until close or timeout."""
-    s = socket.create_connection((host, port), timeout=read_timeout)
+    s = socket.create_connection((host, port), timeout=scaled(read_timeout))
     try:
         s.sendall(data)
         chunks = []

@@ -26,6 +26,7 @@ local call = ffi.cast("struct kvr_ffi_call *", call_p)
 
 local bit = bit
 local type, tostring, tonumber, error, select = type, tostring, tonumber, error, select
+local rawget, rawset = rawget, rawset
 local floor, huge, exp, abs = math.floor, math.huge, math.exp, math.abs
 local concat = table.concat
 local string_sub, string_find, string_format = string.sub, string.find, string.format
@@ -330,6 +331,39 @@ function M.classic_cost(req, c, weight)
     return weight * (prefill / bs) + (c.new_blocks + c.decode_blocks)
 end
 
+-- The classic cost of every candidate of `list` into costs[1..n] and, when `trees` is given, each
+-- candidate's tree_blocks into trees[1..n] (n = #list); entries of both beyond n are cleared, so
+-- the arrays can be reused from request to request. This is runtime code (JIT-compiled): a
+-- sandboxed policy, interpreted, gets the O(n) part at compiled speed. The loop is bounded by
+-- #list; the stores are raw (no policy metamethod runs from here). Same operation order as
+-- classic_cost and the C fallback.
+function M.classic_costs(req, list, weight, costs, trees)
+    local bs, isl = req.block_size, req.tokens
+    local n = #list
+    local tr = trees or costs -- without trees, the second store below is overwritten at once
+    for i = 1, n do
+        local c = list[i]
+        local prefill = isl - c.overlap * bs
+        if prefill < 0 then
+            prefill = 0
+        end
+        prefill = prefill + c.prefill_tokens
+        rawset(tr, i, c.tree_blocks)
+        rawset(costs, i, weight * (prefill / bs) + (c.new_blocks + c.decode_blocks))
+    end
+    local i = n + 1
+    while rawget(costs, i) ~= nil do
+        rawset(costs, i, nil)
+        i = i + 1
+    end
+    i = n + 1
+    while trees ~= nil and rawget(trees, i) ~= nil do
+        rawset(trees, i, nil)
+        i = i + 1
+    end
+    return n
+end
+
 -- Splits s on a plain separator (no patterns). The separator must be a non-empty string: an
 -- empty one would match everywhere without advancing (this loop runs compiled, where no time
 -- budget can stop it).
@@ -406,6 +440,18 @@ function M.new_api(name, random)
     K.argmin = M.argmin
     K.classic_cost = function(req, c, weight)
         return M.classic_cost(req, c, weight or 1.0)
+    end
+    K.classic_costs = function(req, list, weight, costs, trees)
+        if type(req) ~= "table" or type(list) ~= "table" then
+            error("kvr.classic_costs: expected the request and an array of candidates", 2)
+        end
+        if weight ~= nil and type(weight) ~= "number" then
+            error("kvr.classic_costs: the weight must be a number", 2)
+        end
+        if type(costs) ~= "table" or (trees ~= nil and type(trees) ~= "table") then
+            error("kvr.classic_costs: costs (and trees, if given) must be tables", 2)
+        end
+        return M.classic_costs(req, list, weight or 1.0, costs, trees)
     end
     K.random = random
     K.softmax_pick = function(costs, temperature, u)

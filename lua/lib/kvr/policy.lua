@@ -265,6 +265,7 @@ end
 -- Fields the kvr helpers read on the candidates a policy hands them.
 local HELPER_FIELDS = {
     classic_cost = { "overlap", "prefill_tokens", "new_blocks", "decode_blocks" },
+    classic_costs = { "overlap", "prefill_tokens", "new_blocks", "decode_blocks", "tree_blocks" },
     rendezvous = { "healthy", "id", "dp_rank" },
     load = { "id", "dp_rank" },
 }
@@ -407,6 +408,9 @@ local function fill_cands(n)
     if n > #pool then
         pool_grow(n)
     end
+    if fill_fn == nil then -- once per state, after its policies are loaded
+        make_fill()
+    end
     fill_fn(n)
     if last_n > n or rawget(cands, n + 1) ~= nil then
         local i = n + 1
@@ -473,7 +477,7 @@ function R.add_policy(slot, name, chunk, trusted)
         rawset(cands, i, nil)
     end
     last_n = 0
-    make_fill()
+    fill_fn = nil -- regenerated for the new fill set by the next fill
     setfenv(chunk, new_env(name, K))
     local p = chunk(name)
     if type(p) ~= "table" then
