@@ -5,13 +5,15 @@
  *       insertion success rate vs load, probes/s (1 and 16 lanes), 16-lane prefix searches/s
  *       (search and linear reference), bytes per block
  *   kvr-ckf-bench replay FILE [--expected N] [--translate] [--gen-a] [--max-load PCT]
- *                             [--window W] [--check]
+ *                             [--max-levels 1|2] [--window W] [--check]
  *       replays an op stream (spec/opstream.md) into the CKF index; every match is compared
  *       with its expect: per query, an undercount (some worker below expect) or an overcount
  *       (some worker above) is counted and reported, never a failure. Exit status 0 unless the
  *       file cannot be read or parsed, or --check is given and the acceptance bar (0
  *       undercounting queries, <= 0.1% overcounting queries, <= 3 bytes per block, no omission)
- *       is missed (exit 1).
+ *       is missed (exit 1). It also prints the first-order model of the overcounting share:
+ *       per query, the ranks whose expected depth is below the query length (each probes its
+ *       first missing position) and their per-probe false-hit rates (kvr_ckf_index_rank_fpr).
  *
  * The op stream is loaded with the shared loader (bench/opstream.h) before the clock starts.
  *
@@ -215,8 +217,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+#define MAX_WORKERS 1024
+
 static int replay(const char *path, uint64_t expected, int translate, int gen_a, uint32_t max_load,
-                  uint32_t window, int check)
+                  uint32_t window, uint32_t max_levels, int check)
 {
     struct kvr_opstream s;
     char err[256];
@@ -236,6 +240,8 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
         cfg.max_load_pct = max_load;
     if (window)
         cfg.window = window;
+    if (max_levels)
+        cfg.max_levels = max_levels;
     kvr_ckf_index_t *idx = NULL;
     rc = kvr_ckf_index_new(&cfg, &idx);
     if (rc != KVR_OK) {
@@ -246,6 +252,12 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
     size_t queries = 0, under_q = 0, over_q = 0, under_r = 0, over_r = 0, events = 0;
     size_t event_errors = 0, block_ops = 0, n_lat = 0;
     uint64_t over_blocks = 0;
+    /* the first-order model of overcounting (kvr_ckf_index_rank_fpr): per query, every rank
+     * whose expected depth is below the query length probes its first missing position; a
+     * false hit there is the overcount */
+    static uint64_t workers[MAX_WORKERS];
+    size_t n_workers = 0, lanes_at_miss = 0;
+    double predicted = 0, fpr_sum = 0;
     double *lat = malloc((s.n_queries + 1) * sizeof(*lat)), t_apply = 0, t_query = 0;
     struct kvr_match out[256];
     if (lat == NULL)
@@ -254,6 +266,11 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
         const struct kvr_opstream_op *op = &s.ops[i];
         if (op->kind == KVR_OPSTREAM_EVENT) {
             const struct kvr_event *ev = &s.events.ev[op->index];
+            int seen = 0;
+            for (size_t w = 0; w < n_workers && !seen; w++)
+                seen = workers[w] == ev->worker_id;
+            if (!seen && n_workers < MAX_WORKERS)
+                workers[n_workers++] = ev->worker_id;
             double t0 = now_s();
             int erc = kvr_ckf_index_apply(idx, ev);
             t_apply += now_s() - t0;
@@ -299,6 +316,20 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
                 over_blocks += out[k].blocks;
             }
         }
+        double miss = 1.0; /* P(no lane probed at a miss has a false hit there) */
+        for (size_t w = 0; w < n_workers; w++) {
+            uint32_t exp = 0;
+            for (uint32_t e = 0; e < q->n_expect; e++)
+                if (ex[e].worker_id == workers[w])
+                    exp = ex[e].blocks;
+            double f;
+            if (exp >= q->n || kvr_ckf_index_rank_fpr(idx, workers[w], 0, &f) != KVR_OK)
+                continue;
+            lanes_at_miss++;
+            fpr_sum += f;
+            miss *= 1.0 - f;
+        }
+        predicted += 1.0 - miss;
         if (under && under_q < 5)
             fprintf(stderr, "undercount at line %u (query of %u blocks)\n", op->line, q->n);
         under_q += (size_t)under;
@@ -309,18 +340,27 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
     qsort(lat, n_lat, sizeof(*lat), cmp_double);
     double p99 = n_lat ? lat[(size_t)((double)n_lat * 0.99)] : 0;
     printf("replay %s (CKF index, %s hashes, expected_blocks_per_rank %" PRIu64
-           ", %s sizing, max_load %u%%, window %u)\n",
+           ", %s sizing, max_load %u%%, max_levels %u, window %u)\n",
            path, translate ? "translated" : "canonical", expected, gen_a ? "gen A" : "compact",
-           cfg.max_load_pct, cfg.window);
+           cfg.max_load_pct, cfg.max_levels, cfg.window);
     printf("  lines %zu: events %zu (errors %zu: err_block %" PRIu64 ", err_parent %" PRIu64
            "), queries %zu\n",
            s.n_ops, events, event_errors, st.err_block, st.err_parent, queries);
     printf("  undercounting queries: %zu (%zu rank answers)\n", under_q, under_r);
     printf("  overcounting queries:  %zu = %.4f%% (%zu rank answers, %" PRIu64 " extra blocks)\n",
            over_q, queries ? 100.0 * (double)over_q / (double)queries : 0.0, over_r, over_blocks);
+    printf("  model: %.2f ranks per query probe a first missing position, at a mean per-probe "
+           "false-hit rate %.3e (sum of 8 x level load / 65535 = %.3f level loads); predicted "
+           "overcounting queries %.1f = %.4f%% (measured %zu)\n",
+           queries ? (double)lanes_at_miss / (double)queries : 0.0,
+           lanes_at_miss ? fpr_sum / (double)lanes_at_miss : 0.0,
+           lanes_at_miss ? fpr_sum / (double)lanes_at_miss * 65535.0 / 8.0 : 0.0, predicted,
+           queries ? 100.0 * predicted / (double)queries : 0.0, over_q);
     printf("  ranks %" PRIu64 ", groups %" PRIu64 ", levels %" PRIu64 " (growths %" PRIu64
-           "), omissions %" PRIu64 ", invariant violations %" PRIu64 "\n",
-           st.ranks, st.groups, st.levels, st.growths, st.omissions, st.invariant);
+           ", rebuilds %" PRIu64 ", %" PRIu64 " fingerprints moved), omissions %" PRIu64
+           ", invariant violations %" PRIu64 "\n",
+           st.ranks, st.groups, st.levels, st.growths, st.rebuilds, st.moved, st.omissions,
+           st.invariant);
     printf("  blocks held %" PRIu64 " (fingerprints %" PRIu64 ", slot load %.3f)\n", st.blocks,
            st.fingerprints, st.slots ? (double)st.fingerprints / (double)st.slots : 0.0);
     printf("  filter bytes %zu = %.3f bytes per stored block (compact index)\n", st.filter_bytes,
@@ -353,7 +393,7 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
 int main(int argc, char **argv)
 {
     uint64_t nb = 1u << 16, seed = 1, expected = 16384;
-    uint32_t max_load = 0, window = 0;
+    uint32_t max_load = 0, window = 0, max_levels = 0;
     int translate = 0, gen_a = 0, check = 0;
     const char *mode = "micro", *file = NULL;
     for (int i = 1; i < argc; i++) {
@@ -365,6 +405,8 @@ int main(int argc, char **argv)
             expected = strtoull(argv[++i], NULL, 0);
         else if (strcmp(argv[i], "--max-load") == 0 && i + 1 < argc)
             max_load = (uint32_t)strtoul(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--max-levels") == 0 && i + 1 < argc)
+            max_levels = (uint32_t)strtoul(argv[++i], NULL, 0);
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
             window = (uint32_t)strtoul(argv[++i], NULL, 0);
         else if (strcmp(argv[i], "--translate") == 0)
@@ -380,7 +422,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: kvr-ckf-bench [micro] [--buckets N] [--seed S]\n"
                             "       kvr-ckf-bench replay FILE [--expected N] [--translate] "
-                            "[--gen-a] [--max-load PCT] [--window W] [--check]\n");
+                            "[--gen-a] [--max-load PCT] [--max-levels 1|2] [--window W] "
+                            "[--check]\n");
             return 2;
         }
     }
@@ -389,7 +432,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "kvr-ckf-bench: replay needs an op-stream file\n");
             return 2;
         }
-        return replay(file, expected, translate, gen_a, max_load, window, check);
+        return replay(file, expected, translate, gen_a, max_load, window, max_levels, check);
     }
     if (!kvr_ckf_buckets_valid(nb)) {
         fprintf(stderr, "kvr-ckf-bench: --buckets must be a power of two >= 2\n");

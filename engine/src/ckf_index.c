@@ -55,18 +55,71 @@ void kvr_ckf_index_config_init(struct kvr_ckf_index_config *cfg)
     cfg->window = KVR_CKF_WINDOW;
     cfg->lanes_per_table = KVR_CKF_LANES_MAX;
     cfg->max_load_pct = 90;
-    cfg->max_levels = 16;
+    cfg->max_levels = 2;
 }
 
-static uint64_t level0_buckets(const struct kvr_ckf_index_config *c)
+/* Lane fingerprints a level of nb buckets accepts before insertions move on (the fill rule of
+ * insert_fp: a level takes a fingerprint while fps * 100 < slots * pct). */
+static uint64_t level_cap(uint64_t nb, uint32_t pct)
 {
-    if (c->sizing == KVR_CKF_SIZING_GEN_A)
-        return kvr_ckf_buckets_for(c->expected_blocks_per_rank);
-    /* largest power of two B with 4 × B × load <= E */
-    uint64_t e = c->expected_blocks_per_rank, b = 2;
-    while (b < ((uint64_t)1 << 61) && (b * 2) * 4 <= e / c->max_load_pct * 100)
+    return (nb * KVR_CKF_SLOTS * pct + 99) / 100;
+}
+
+/* Largest power of two B >= 2 whose level holds at most n fingerprints: level_cap(B) <= n. */
+static uint64_t pow2_cap_at_most(uint64_t n, uint32_t pct)
+{
+    uint64_t b = 2;
+    while (b < ((uint64_t)1 << 61) && level_cap(b * 2, pct) <= n)
         b *= 2;
     return b;
+}
+
+/* Smallest power of two B >= 2 whose level holds at least n fingerprints. */
+static uint64_t pow2_cap_at_least(uint64_t n, uint32_t pct)
+{
+    uint64_t b = 2;
+    while (b < ((uint64_t)1 << 61) && level_cap(b, pct) < n)
+        b *= 2;
+    return b;
+}
+
+/* A group's table sizes ("layout") for n blocks per lane: at most two levels.
+ *   COMPACT, max_levels >= 2: level 0 = the largest power of two that n fills (pow2_cap_at_most),
+ *     level 1 = the smallest power of two that holds the rest (none if nothing is left): the
+ *     total stays within a power-of-two rounding of the REMAINDER, never of n;
+ *   COMPACT, max_levels == 1: one level, the smallest power of two that holds n;
+ *   GEN_A: one level of kvr_ckf_buckets_for(n) (ckf.md §5: <= 80% load). */
+struct layout {
+    uint32_t n;
+    uint64_t nb[2];
+};
+
+static struct layout layout_for(const struct kvr_ckf_index_config *c, uint64_t n)
+{
+    struct layout L = {1, {0, 0}};
+    if (c->sizing == KVR_CKF_SIZING_GEN_A) {
+        L.nb[0] = kvr_ckf_buckets_for(n);
+        return L;
+    }
+    if (c->max_levels == 1) {
+        L.nb[0] = pow2_cap_at_least(n, c->max_load_pct);
+        return L;
+    }
+    L.nb[0] = pow2_cap_at_most(n, c->max_load_pct);
+    uint64_t cap0 = level_cap(L.nb[0], c->max_load_pct);
+    if (cap0 < n) {
+        L.nb[1] = pow2_cap_at_least(n - cap0, c->max_load_pct);
+        L.n = 2;
+    }
+    return L;
+}
+
+static uint64_t layout_cap(const struct layout *L, uint32_t pct)
+{
+    uint64_t cap = 0;
+    for (uint32_t l = 0; l < L->n; l++)
+        cap += level_cap(L->nb[l], pct);
+    return cap;
 }
 
 int kvr_ckf_index_new(const struct kvr_ckf_index_config *cfg, kvr_ckf_index_t **out)
@@ -93,7 +146,8 @@ int kvr_ckf_index_new(const struct kvr_ckf_index_config *cfg, kvr_ckf_index_t **
         return KVR_ENOMEM;
     }
     idx->cfg = c;
-    idx->level0_buckets = level0_buckets(&c);
+    struct layout L = layout_for(&c, c.expected_blocks_per_rank);
+    idx->level0_buckets = L.nb[0]; /* level 1 is added once level 0 is full */
     idx->alloc = a;
     *out = idx;
     return KVR_OK;
@@ -132,31 +186,165 @@ static struct rank *find_rank(const kvr_ckf_index_t *idx, uint64_t worker_id, ui
     return NULL;
 }
 
-static uint64_t level_buckets(const struct group *g)
+/* Creates a group's level 0. KVR_OK or KVR_ENOMEM. */
+static int first_level(kvr_ckf_index_t *idx, struct group *g)
 {
-    uint64_t total = 0;
-    for (uint32_t l = 0; l < g->nlevels; l++)
-        total += kvr_ckf_table_buckets(g->levels[l]);
-    uint64_t want = g->nlevels < 4 ? total / 4 : total;
-    uint64_t n = 2;
-    while (n < want && n < ((uint64_t)1 << 62))
-        n <<= 1;
+    int rc = kvr_ckf_table_new(g->lanes, idx->level0_buckets, idx->cfg.seed, &g->levels[0]);
+    if (rc != KVR_OK)
+        return KVR_ENOMEM;
+    g->nlevels = 1;
+    return KVR_OK;
+}
+
+static uint64_t rank_fps(const struct rank *r)
+{
+    uint64_t n = 0;
+    for (uint32_t l = 0; l < KVR_CKF_INDEX_LEVELS_MAX; l++)
+        n += r->fps[l];
     return n;
 }
 
-/* Adds a level to a group (level 0 when it has none). KVR_OK, KVR_ECAPACITY or KVR_ENOMEM. */
-static int add_level(kvr_ckf_index_t *idx, struct group *g)
+/* Tries the levels of `tables` in order (skipping those the lane fills to max_load_pct) for one
+ * key; *level receives the level that took it. KVR_OK or KVR_ECAPACITY (nothing changed). */
+static int place(kvr_ckf_index_t *idx, kvr_ckf_table_t *const *tables, uint32_t n, uint64_t *fps,
+                 struct rank *r, const struct kvr_ckf_key *key, uint32_t *level)
 {
-    if (g->nlevels >= idx->cfg.max_levels)
-        return KVR_ECAPACITY;
-    uint64_t nb = g->nlevels == 0 ? idx->level0_buckets : level_buckets(g);
-    int rc = kvr_ckf_table_new(g->lanes, nb, idx->cfg.seed, &g->levels[g->nlevels]);
-    if (rc != KVR_OK)
-        return rc == KVR_EINVAL ? KVR_ECAPACITY : rc;
-    if (g->nlevels > 0)
-        idx->st.growths++;
-    g->nlevels++;
+    struct kvr_ckf_kicker k = {&r->rng, idx->log, idx->cfg.max_kicks};
+    for (uint32_t l = 0; l < n; l++) {
+        uint64_t slots = kvr_ckf_table_buckets(tables[l]) * KVR_CKF_SLOTS;
+        if (fps[l] * 100 >= slots * idx->cfg.max_load_pct)
+            continue;
+        struct kvr_ckf_view v;
+        kvr_ckf_table_view(tables[l], r->lane, &v);
+        if (kvr_ckf_view_insert(&v, &k, key, NULL, NULL) == KVR_OK) {
+            fps[l]++;
+            *level = l;
+            return KVR_OK;
+        }
+    }
+    return KVR_ECAPACITY;
+}
+
+/* Re-lays a group out as L: a level whose size is unchanged is kept as it is; every other level
+ * is a new table, and the fingerprints of the levels that go are re-inserted from the exact
+ * side (each rank's own map holds every canonical hash and its level), then the own-map levels
+ * are updated. All or nothing: on KVR_ENOMEM or KVR_ECAPACITY (a re-insertion found no room)
+ * the group, its tables and the maps are exactly as before. Cost O(fingerprints moved), under
+ * the caller's write lock. */
+static int relayout(kvr_ckf_index_t *idx, struct group *g, const struct layout *L)
+{
+    kvr_ckf_table_t *nt[KVR_CKF_INDEX_LEVELS_MAX] = {0};
+    int keep[KVR_CKF_INDEX_LEVELS_MAX] = {0};
+    uint64_t fps[KVR_CKF_LANES_MAX][KVR_CKF_INDEX_LEVELS_MAX];
+    uint8_t *lvl = NULL;
+    int rc = KVR_OK;
+    for (uint32_t l = 0; l < L->n; l++) {
+        keep[l] = l < g->nlevels && kvr_ckf_table_buckets(g->levels[l]) == L->nb[l];
+        if (keep[l]) {
+            nt[l] = g->levels[l];
+        } else if (kvr_ckf_table_new(g->lanes, L->nb[l], idx->cfg.seed, &nt[l]) != KVR_OK) {
+            rc = KVR_ENOMEM;
+            goto fail;
+        }
+    }
+    /* fingerprints to move: those of every level that is not kept */
+    size_t moving = 0;
+    for (uint32_t m = g->used; m != 0; m &= m - 1) {
+        const struct rank *r = &idx->ranks[g->rank_of[__builtin_ctz(m)]];
+        for (uint32_t l = 0; l < g->nlevels; l++)
+            if (!(l < L->n && keep[l]))
+                moving += r->fps[l];
+    }
+    if (moving > 0 && (lvl = kvr_malloc(&idx->alloc, moving)) == NULL) {
+        rc = KVR_ENOMEM;
+        goto fail;
+    }
+    /* pass 1: insert into the new tables (the old ones and the maps untouched) */
+    size_t k = 0;
+    for (uint32_t m = g->used; m != 0; m &= m - 1) {
+        uint32_t lane = (uint32_t)__builtin_ctz(m);
+        struct rank *r = &idx->ranks[g->rank_of[lane]];
+        for (uint32_t l = 0; l < KVR_CKF_INDEX_LEVELS_MAX; l++)
+            fps[lane][l] = l < L->n && keep[l] ? r->fps[l] : 0;
+        uint64_t seq, v;
+        for (size_t pos = 0; ckf_map_next(&r->own, &pos, &seq, &v);) {
+            uint32_t old = VAL_LEVEL(v), to;
+            if (old < L->n && keep[old])
+                continue;
+            struct kvr_ckf_key key;
+            kvr_ckf_key_make(seq, idx->cfg.seed, &key);
+            if (place(idx, nt, L->n, fps[lane], r, &key, &to) != KVR_OK) {
+                rc = KVR_ECAPACITY;
+                goto fail;
+            }
+            lvl[k++] = (uint8_t)to;
+        }
+    }
+    /* pass 2 (cannot fail): the same iteration order, record the new levels */
+    k = 0;
+    for (uint32_t m = g->used; m != 0; m &= m - 1) {
+        uint32_t lane = (uint32_t)__builtin_ctz(m);
+        struct rank *r = &idx->ranks[g->rank_of[lane]];
+        uint64_t seq, v;
+        for (size_t pos = 0; ckf_map_next(&r->own, &pos, &seq, &v);) {
+            uint32_t old = VAL_LEVEL(v);
+            if (old < L->n && keep[old])
+                continue;
+            *ckf_map_ref(&r->own, seq) = VAL(VAL_RC(v), lvl[k++]);
+        }
+        memcpy(r->fps, fps[lane], sizeof(r->fps));
+    }
+    for (uint32_t l = 0; l < g->nlevels; l++)
+        if (!(l < L->n && keep[l]))
+            kvr_ckf_table_free(g->levels[l]);
+    for (uint32_t l = 0; l < L->n; l++)
+        g->levels[l] = nt[l];
+    g->nlevels = L->n;
+    idx->st.growths++;
+    idx->st.moved += k;
+    if (k > 0)
+        idx->st.rebuilds++;
+    kvr_free(&idx->alloc, lvl);
     return KVR_OK;
+fail:
+    for (uint32_t l = 0; l < L->n; l++)
+        if (!keep[l])
+            kvr_ckf_table_free(nt[l]);
+    kvr_free(&idx->alloc, lvl);
+    return rc;
+}
+
+/* Grows a group that could not take a fingerprint: the layout for the group's largest lane
+ * plus one block, enlarged until it holds more than the current one. A layout change that keeps
+ * level 0 only adds or rebuilds level 1 (O(level-1 contents)); a level-0 change rebuilds the group
+ * (O(group)); both at least double what they rebuild, so the work is amortised O(1) per block, and
+ * the total stays within one power-of-two rounding of the top-up remainder (no doubling of the
+ * whole table). A rebuild that finds no room tries the next larger layout; past that the block is a
+ * capacity omission. KVR_OK, KVR_ECAPACITY or KVR_ENOMEM. */
+static int grow(kvr_ckf_index_t *idx, struct group *g)
+{
+    uint64_t need = 0, cur = 0;
+    for (uint32_t m = g->used; m != 0; m &= m - 1) {
+        uint64_t n = rank_fps(&idx->ranks[g->rank_of[__builtin_ctz(m)]]);
+        need = n > need ? n : need;
+    }
+    for (uint32_t l = 0; l < g->nlevels; l++)
+        cur += level_cap(kvr_ckf_table_buckets(g->levels[l]), idx->cfg.max_load_pct);
+    uint64_t target = need + 1;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        struct layout L = layout_for(&idx->cfg, target);
+        while (layout_cap(&L, idx->cfg.max_load_pct) <= cur && target < ((uint64_t)1 << 58)) {
+            target += target / 4 + 1;
+            L = layout_for(&idx->cfg, target);
+        }
+        if (layout_cap(&L, idx->cfg.max_load_pct) <= cur)
+            return KVR_ECAPACITY;
+        int rc = relayout(idx, g, &L);
+        if (rc != KVR_ECAPACITY)
+            return rc;
+        cur = layout_cap(&L, idx->cfg.max_load_pct); /* that one was too tight: go larger */
+    }
+    return KVR_ECAPACITY;
 }
 
 /* Doubles the lanes of every level of a group (up to lanes_per_table), copying each lane's
@@ -239,9 +427,9 @@ static int get_rank(kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank, 
         struct group *g = &idx->groups[gi];
         memset(g, 0, sizeof(*g));
         g->lanes = 1;
-        int rc = add_level(idx, g);
+        int rc = first_level(idx, g);
         if (rc != KVR_OK)
-            return rc == KVR_ECAPACITY ? KVR_ENOMEM : rc;
+            return rc;
         idx->n_groups++;
     }
     struct group *g = &idx->groups[gi];
@@ -300,21 +488,10 @@ static int insert_fp(kvr_ckf_index_t *idx, struct rank *r, uint64_t seq, uint32_
     struct group *g = &idx->groups[r->group];
     struct kvr_ckf_key key;
     kvr_ckf_key_make(seq, idx->cfg.seed, &key);
-    struct kvr_ckf_kicker k = {&r->rng, idx->log, idx->cfg.max_kicks};
     for (;;) {
-        for (uint32_t l = 0; l < g->nlevels; l++) {
-            uint64_t slots = kvr_ckf_table_buckets(g->levels[l]) * KVR_CKF_SLOTS;
-            if (r->fps[l] * 100 >= slots * idx->cfg.max_load_pct)
-                continue;
-            struct kvr_ckf_view v;
-            kvr_ckf_table_view(g->levels[l], r->lane, &v);
-            if (kvr_ckf_view_insert(&v, &k, &key, NULL, NULL) == KVR_OK) {
-                r->fps[l]++;
-                *level = l;
-                return KVR_OK;
-            }
-        }
-        int rc = add_level(idx, g);
+        if (place(idx, g->levels, g->nlevels, r->fps, r, &key, level) == KVR_OK)
+            return KVR_OK;
+        int rc = grow(idx, g);
         if (rc != KVR_OK)
             return rc;
     }
@@ -502,19 +679,34 @@ int kvr_ckf_index_remove_worker(kvr_ckf_index_t *idx, uint64_t worker_id)
     return found ? KVR_OK : KVR_ENOTFOUND;
 }
 
-int kvr_ckf_index_apply(kvr_ckf_index_t *idx, const struct kvr_event *ev)
+int kvr_ckf_index_apply_counted(kvr_ckf_index_t *idx, const struct kvr_event *ev, size_t *not_found)
 {
+    int rc;
+    if (not_found != NULL)
+        *not_found = 0;
     switch (ev->kind) {
     case KVR_EVENT_STORED:
-        return kvr_ckf_index_store(idx, ev->worker_id, ev->dp_rank,
-                                   ev->has_parent ? &ev->parent_hash : NULL, ev->blocks, ev->n);
+        rc = kvr_ckf_index_store(idx, ev->worker_id, ev->dp_rank,
+                                 ev->has_parent ? &ev->parent_hash : NULL, ev->blocks, ev->n);
+        break;
     case KVR_EVENT_REMOVED:
-        return kvr_ckf_index_remove(idx, ev->worker_id, ev->dp_rank, ev->hashes, ev->n, NULL);
+        rc = kvr_ckf_index_remove(idx, ev->worker_id, ev->dp_rank, ev->hashes, ev->n, not_found);
+        break;
     case KVR_EVENT_CLEARED:
-        return kvr_ckf_index_clear_rank(idx, ev->worker_id, ev->dp_rank);
+        rc = kvr_ckf_index_clear_rank(idx, ev->worker_id, ev->dp_rank);
+        break;
     default:
-        return KVR_EINVAL;
+        rc = KVR_EINVAL;
+        break;
     }
+    if (rc == KVR_ENOMEM)
+        idx->st.err_nomem++;
+    return rc;
+}
+
+int kvr_ckf_index_apply(kvr_ckf_index_t *idx, const struct kvr_event *ev)
+{
+    return kvr_ckf_index_apply_counted(idx, ev, NULL);
 }
 
 int kvr_ckf_index_owns(const kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank,
@@ -663,6 +855,20 @@ int kvr_ckf_index_find_matches(const kvr_ckf_index_t *idx, const uint64_t *local
     }
     scratch_put(&s);
     return rc;
+}
+
+int kvr_ckf_index_rank_fpr(const kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank,
+                           double *fpr)
+{
+    const struct rank *r = find_rank(idx, worker_id, dp_rank);
+    if (r == NULL)
+        return KVR_ENOTFOUND;
+    const struct group *g = &idx->groups[r->group];
+    double f = 0;
+    for (uint32_t l = 0; l < g->nlevels; l++)
+        f += 2.0 * (double)r->fps[l] / (double)kvr_ckf_table_buckets(g->levels[l]) / 65535.0;
+    *fpr = f;
+    return KVR_OK;
 }
 
 void kvr_ckf_index_stats(const kvr_ckf_index_t *idx, struct kvr_ckf_index_stats *out)

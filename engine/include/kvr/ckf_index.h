@@ -9,29 +9,36 @@
  *
  *   group 0: ranks (1,0) (2,0) ... (16,0)        group 1: ranks 17.. (more than 16 ranks)
  *   ┌ level 0: kvr_ckf_table, B0 buckets ┐       ┌ level 0 ┐
- *   ├ level 1: B1 = pow2(B0 / 4)         ┤       └─────────┘
- *   └ level k: ...                       ┘
+ *   └ level 1: B1 buckets (top-up)       ┘       └─────────┘
  *
  *   probe(pos) = OR over levels of table_probe(level, seq[pos])  -> lane mask
  *   find_matches(locals) = chain(locals) -> per group: prefix search (gallop + binary +
  *                          verification window W) -> kvr_match for every lane with depth > 0
  *
- * Sizing and growth (a documented policy; the addressing of every level is exactly ckf.md §3):
- *   - level 0 of a group is sized from expected_blocks_per_rank E:
- *       KVR_CKF_SIZING_COMPACT (default): the largest power of two B0 with
- *         4 × B0 × max_load_pct% <= E (at least 2): level 0 never exceeds the need, top-up levels
- *         cover the rest (about 2.2-2.8 bytes per block once E blocks are held);
- *       KVR_CKF_SIZING_GEN_A: kvr_ckf_buckets_for(E) (ckf.md §5 gen A: <= 80% load, the power-of-
- *         two round-up costs 2.5-5 bytes per block, fewer false positives);
- *   - an insertion tries the levels in order, skipping those where the lane already holds
- *     max_load_pct % of the level's slots, and takes the first that accepts it (kick/rollback);
- *   - when none accepts, the group gains a level: pow2_ceil(total / 4) buckets while it has
- *     fewer than 4 levels, pow2_ceil(total) after that (geometric, so levels stay O(log n) when
- *     `expected` was far too small), at most max_levels; past that the block is a capacity
- *     OMISSION (counted; a possible undercount, like any CKF omission);
- *   - a removal goes to the level recorded for that hash. Levels are never shrunk.
- *   Small top-up levels let the table track the real block count (about 2.2-2.8 bytes per block
- *   once level 0 is full) instead of doubling; each level adds its own false-positive rate.
+ * Sizing and growth (a documented policy; the addressing of every level is exactly ckf.md §3).
+ * cap(B) = the lane fingerprints a level of B buckets takes: ceil(4 × B × max_load_pct / 100).
+ * layout(n) = the group's table sizes for n blocks per lane:
+ *   KVR_CKF_SIZING_COMPACT (default), max_levels 2: B0 = the largest power of two with
+ *     cap(B0) <= n, B1 = the smallest power of two with cap(B1) >= n - cap(B0) (no level 1 if
+ *     nothing is left): the total overshoots only by a power-of-two rounding of the remainder
+ *     (2.2-3 bytes per block once full);
+ *   COMPACT with max_levels 1: one level, the smallest power of two with cap(B) >= n;
+ *   KVR_CKF_SIZING_GEN_A: one level of kvr_ckf_buckets_for(n) (ckf.md §5 gen A: <= 80% load,
+ *     2.5-5 bytes per block, the fewest false positives).
+ * A group starts with level 0 of layout(expected_blocks_per_rank). An insertion tries the
+ * levels in order, skipping those where the lane holds cap(B) already, and takes the first that
+ * accepts it (kick/rollback). When none does, the group GROWS to layout(largest lane + 1),
+ * enlarged until it holds more than before: a level whose size is unchanged is kept, every other
+ * one is a new table into which its fingerprints are re-inserted from the exact side (own holds
+ * every canonical hash and its level). Keeping level 0 means only level 1 is rebuilt; a new B0
+ * rebuilds the group. Each rebuild at least doubles what it rebuilds, so the work is amortised
+ * O(1) per block, but one rebuild is O(fingerprints of the group) under the writer's lock:
+ * size E from the real per-rank block count to avoid them. A rebuild is all or nothing (on
+ * ENOMEM the old tables stay; if re-insertion finds no room the next larger layout is tried);
+ * past that the block is a capacity OMISSION (counted; a possible undercount, like any CKF
+ * omission). A removal goes to the level recorded for that hash. Levels are never shrunk.
+ * Every level adds its own false-positive rate (a probe ORs the levels): see
+ * kvr_ckf_index_rank_fpr.
  *
  * Exact side (per rank, not part of the compact index; reported as exact_bytes):
  *   own:  canonical seq -> (refcount << 8 | level)     fingerprint inserted on 0 -> 1, removed on
@@ -63,7 +70,7 @@
 
 typedef struct kvr_ckf_index kvr_ckf_index_t;
 
-#define KVR_CKF_INDEX_LEVELS_MAX 24u
+#define KVR_CKF_INDEX_LEVELS_MAX 2u
 
 enum kvr_ckf_sizing {
     KVR_CKF_SIZING_COMPACT = 0, /* level 0 rounded down, top-up levels (memory first) */
@@ -77,7 +84,7 @@ struct kvr_ckf_index_config {
     uint32_t window;                   /* verification window 1..8; default 8 */
     uint32_t lanes_per_table;          /* ranks per group, 1..16; default 16 */
     uint32_t max_load_pct;             /* per-level lane fill before moving on, 50..100; 90 */
-    uint32_t max_levels;               /* 1..KVR_CKF_INDEX_LEVELS_MAX; default 16 */
+    uint32_t max_levels;               /* tables per group, 1..2; default 2 (see the layouts) */
     int sizing;                        /* enum kvr_ckf_sizing; default KVR_CKF_SIZING_COMPACT */
     int translate;                     /* 0 canonical block_hash; 1 translate engine hashes */
 };
@@ -91,12 +98,15 @@ struct kvr_ckf_index_stats {
     uint64_t slots;        /* fingerprint slots of all lanes of all tables */
     size_t filter_bytes;   /* bucket words of every table: the compact index */
     size_t exact_bytes;    /* ownership and translation maps, bookkeeping (kvr_alloc) */
-    uint64_t growths;      /* levels added after level 0 */
+    uint64_t growths;      /* layout changes after level 0 (a level added or rebuilt larger) */
+    uint64_t rebuilds;     /* growths that re-inserted fingerprints from the exact side */
+    uint64_t moved;        /* fingerprints re-inserted by rebuilds */
     uint64_t omissions;    /* capacity omissions */
     uint64_t duplicates;   /* stores of a hash the rank already held */
     uint64_t err_parent;   /* ParentBlockNotFound (translate mode) */
     uint64_t err_block;    /* BlockNotFound: removals of hashes the rank does not hold */
     uint64_t invariant;    /* fingerprints missing on 1 -> 0 (IndexerInvariantViolation) */
+    uint64_t err_nomem;    /* events cut short by an allocation failure (index consistent) */
 };
 
 /* Fills the defaults listed above. */
@@ -127,8 +137,13 @@ int kvr_ckf_index_clear_rank(kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t 
 int kvr_ckf_index_remove_rank(kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank);
 int kvr_ckf_index_remove_worker(kvr_ckf_index_t *idx, uint64_t worker_id);
 
-/* Applies one event (stored / removed / cleared); the tier is not checked here. */
+/* Applies one event (stored / removed / cleared); the tier is not checked here. Returns the
+ * event's code (as store / remove / clear_rank; KVR_EINVAL for another kind). */
 int kvr_ckf_index_apply(kvr_ckf_index_t *idx, const struct kvr_event *ev);
+/* As kvr_ckf_index_apply; a removal also reports its unknown hashes in *not_found (0 for other
+ * kinds; may be NULL), so callers can count BlockNotFound per hash. */
+int kvr_ckf_index_apply_counted(kvr_ckf_index_t *idx, const struct kvr_event *ev,
+                                size_t *not_found);
 
 /* Prefix overlap of n local hashes (borrowed): chains them into sequence hashes and searches
  * every group. Writes up to cap results and *n_out = ranks scored; KVR_ERANGE if cap was too
@@ -144,6 +159,14 @@ int kvr_ckf_index_find_matches_seq(const kvr_ckf_index_t *idx, const uint64_t *s
 /* 1 if the rank owns canonical hash seq (exact side), else 0. */
 int kvr_ckf_index_owns(const kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank,
                        uint64_t seq);
+
+/* The expected number of false hits of one probe of a hash the rank does not hold: the
+ * occupied slots of the two candidate buckets summed over the group's levels, over 65535
+ * fingerprint values = sum over levels of 8 x load / 65535 (spec/ckf.md §11). A query
+ * overcounts a rank mainly through a false hit at the rank's first missing position, so this
+ * is the rank's per-query overcount probability to first order. KVR_ENOTFOUND if unknown. */
+int kvr_ckf_index_rank_fpr(const kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank,
+                           double *fpr);
 
 void kvr_ckf_index_stats(const kvr_ckf_index_t *idx, struct kvr_ckf_index_stats *out);
 

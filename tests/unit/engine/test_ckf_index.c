@@ -265,15 +265,130 @@ START_TEST(test_growth)
     kvr_ckf_index_stats(idx, &st);
     ck_assert_uint_eq(st.omissions, 0);
     ck_assert_uint_gt(st.growths, 0);
-    ck_assert_uint_le(st.levels, 16);
+    ck_assert_uint_gt(st.rebuilds, 0);
+    ck_assert_uint_le(st.levels, 2);
     ck_assert_uint_eq(st.fingerprints, N);
-    fprintf(stderr, "ckf_index growth: %llu levels, %llu slots per lane for %d blocks\n",
-            (unsigned long long)st.levels, (unsigned long long)(st.slots / 16), N);
+    /* one rank: a one-lane group, so every slot is this lane's; the growth does not overshoot */
+    ck_assert_uint_eq(st.groups, 1);
+    ck_assert_uint_le(st.filter_bytes, 3 * N);
+    fprintf(stderr,
+            "ckf_index growth: %llu levels, %llu slots in the rank's one lane for %d blocks "
+            "(%.2f bytes per block, %llu growths, %llu fingerprints moved)\n",
+            (unsigned long long)st.levels, (unsigned long long)st.slots, N,
+            (double)st.filter_bytes / N, (unsigned long long)st.growths,
+            (unsigned long long)st.moved);
     struct kvr_match m[1];
     size_t n;
     ck_assert_int_eq(kvr_ckf_index_find_matches(idx, locals, N, 0, m, 1, &n), KVR_OK);
     ck_assert_uint_eq(n, 1);
     ck_assert_uint_eq(m[0].blocks, N);
+    kvr_ckf_index_free(idx);
+}
+END_TEST
+
+/* Sizing: 16 ranks (one full group) each hold N blocks, for an expected_blocks_per_rank far
+ * below, somewhat below, near and far above N. Up to E ~ N the layout ends within one
+ * power-of-two rounding of the top-up remainder (<= 3 filter bytes per block; E = 12000 gave
+ * 6.25 with the old "double the total after 4 levels" rule); level 0 is never shrunk, so an
+ * overestimate costs what it asked for and nothing more. At most 2 tables, no omission, every
+ * block found; removing everything afterwards finds every fingerprint at its recorded level
+ * (the rebuilds kept the own-map levels right). */
+START_TEST(test_sizing_no_overshoot)
+{
+    enum { RANKS = 16, N = 17000 };
+    static uint64_t h[RANKS][N];
+    const uint64_t es[] = {100, 4096, 12000, 16384, 20000, 65536};
+    struct kvr_test_rng r = {kvr_test_seed(1212)};
+    for (size_t e = 0; e < sizeof(es) / sizeof(es[0]); e++) {
+        kvr_ckf_index_t *idx = make_index(es[e], 0);
+        for (uint32_t k = 0; k < RANKS; k++)
+            for (size_t i = 0; i < N; i++) {
+                h[k][i] = kvr_test_next(&r);
+                struct kvr_block b = {h[k][i], 0};
+                ck_assert_int_eq(kvr_ckf_index_store(idx, k + 1, 0, NULL, &b, 1), KVR_OK);
+            }
+        struct kvr_ckf_index_stats st;
+        kvr_ckf_index_stats(idx, &st);
+        double bpb = (double)st.filter_bytes / (double)st.blocks;
+        fprintf(stderr,
+                "ckf_index sizing: E %llu, %d blocks per rank: %.3f bytes per block, %llu "
+                "levels, %llu growths (%llu rebuilds, %llu fingerprints moved)\n",
+                (unsigned long long)es[e], N, bpb, (unsigned long long)st.levels,
+                (unsigned long long)st.growths, (unsigned long long)st.rebuilds,
+                (unsigned long long)st.moved);
+        ck_assert_uint_eq(st.blocks, (uint64_t)RANKS * N);
+        ck_assert_uint_eq(st.omissions, 0);
+        ck_assert_uint_le(st.levels, 2);
+        if (es[e] <= 20000) {
+            ck_assert_msg(bpb <= 3.0, "E %llu: %.3f bytes per block", (unsigned long long)es[e],
+                          bpb);
+        } else {
+            /* level 0 (16384 buckets: at most E at 90%) holds everything: nothing added */
+            ck_assert_uint_eq(st.growths, 0);
+            ck_assert_uint_eq(st.filter_bytes, (size_t)RANKS * 16384 * 8);
+        }
+        /* every block found: a one-block search of each scores its rank */
+        for (uint32_t k = 0; k < RANKS; k += 5)
+            for (size_t i = 0; i < N; i += 7) {
+                struct kvr_match out[RANKS];
+                size_t n;
+                ck_assert_int_eq(kvr_ckf_index_find_matches_seq(idx, &h[k][i], 1, out, RANKS, &n),
+                                 KVR_OK);
+                ck_assert_uint_eq(score(out, n, k + 1, 0), 1);
+            }
+        for (uint32_t k = 0; k < RANKS; k++)
+            ck_assert_int_eq(kvr_ckf_index_remove(idx, k + 1, 0, h[k], N, NULL), KVR_OK);
+        kvr_ckf_index_stats(idx, &st);
+        ck_assert_uint_eq(st.fingerprints, 0);
+        ck_assert_uint_eq(st.invariant, 0);
+        kvr_ckf_index_free(idx);
+    }
+}
+END_TEST
+
+/* apply_counted reports BlockNotFound per hash; rank_fpr is the model sum over levels of
+ * 2 × fingerprints / buckets / 65535, and matches the measured false-hit rate. */
+START_TEST(test_counted_and_fpr)
+{
+    kvr_ckf_index_t *idx = make_index(4096, 0); /* compact: level 0 = 1024 buckets (cap 3687) */
+    enum { N = 3000 };
+    struct kvr_test_rng r = {kvr_test_seed(3131)};
+    static uint64_t held[N];
+    for (size_t i = 0; i < N; i++) {
+        held[i] = kvr_test_next(&r);
+        struct kvr_block b = {held[i], 0};
+        ck_assert_int_eq(kvr_ckf_index_store(idx, 9, 1, NULL, &b, 1), KVR_OK);
+    }
+    uint64_t gone[3] = {held[0], 17, 18};
+    struct kvr_event ev = {.kind = KVR_EVENT_REMOVED, .worker_id = 9, .dp_rank = 1, .n = 3};
+    ev.hashes = gone;
+    size_t nf = 99;
+    ck_assert_int_eq(kvr_ckf_index_apply_counted(idx, &ev, &nf), KVR_ENOBLOCK);
+    ck_assert_uint_eq(nf, 2);
+    struct kvr_ckf_index_stats st;
+    kvr_ckf_index_stats(idx, &st);
+    ck_assert_uint_eq(st.err_block, 2);
+    ck_assert_uint_eq(st.levels, 1);
+    double fpr = 0;
+    ck_assert_int_eq(kvr_ckf_index_rank_fpr(idx, 9, 1, &fpr), KVR_OK);
+    ck_assert_double_eq_tol(fpr, 2.0 * (N - 1) / 1024.0 / 65535.0, 1e-12);
+    ck_assert_int_eq(kvr_ckf_index_rank_fpr(idx, 9, 2, &fpr), KVR_ENOTFOUND);
+    /* measured: one-block searches of hashes the rank does not hold */
+    ck_assert_int_eq(kvr_ckf_index_rank_fpr(idx, 9, 1, &fpr), KVR_OK);
+    uint64_t hits = 0;
+    const uint64_t probes = 2000000; /* ~180 false hits expected */
+    for (uint64_t i = 0; i < probes; i++) {
+        uint64_t h = kvr_test_next(&r);
+        struct kvr_match out[1];
+        size_t n;
+        ck_assert_int_eq(kvr_ckf_index_find_matches_seq(idx, &h, 1, out, 1, &n), KVR_OK);
+        hits += n;
+    }
+    double measured = (double)hits / (double)probes;
+    fprintf(stderr, "ckf_index rank_fpr: model %.3e, measured %.3e (%llu probes)\n", fpr, measured,
+            (unsigned long long)probes);
+    ck_assert_msg(measured > fpr * 0.75 && measured < fpr * 1.25, "model %.3e measured %.3e", fpr,
+                  measured);
     kvr_ckf_index_free(idx);
 }
 END_TEST
@@ -551,6 +666,18 @@ START_TEST(test_oom)
                               (unsigned long long)h);
             }
         }
+        /* removing every hash finds each fingerprint at the level the exact side recorded,
+         * also after growths (rebuilds) that an allocation failure interrupted */
+        kvr_alloc_fail_after(kvr_ckf_index_allocator(idx), 0);
+        for (uint64_t w = 0; w < 20; w++)
+            for (uint64_t h = 1; h <= 1000; h++) {
+                uint64_t ext[2] = {h, h + 100000};
+                kvr_ckf_index_remove(idx, w, 0, ext, 2, NULL);
+            }
+        struct kvr_ckf_index_stats st;
+        kvr_ckf_index_stats(idx, &st);
+        ck_assert_uint_eq(st.invariant, 0);
+        ck_assert_uint_eq(st.fingerprints, 0);
         kvr_ckf_index_free(idx);
         if (!saw && fail > 20)
             break;
@@ -569,6 +696,11 @@ Suite *ckf_index_suite(void)
     tcase_add_test(api, test_many_ranks);
     tcase_add_test(api, test_growth);
     suite_add_tcase(s, api);
+    TCase *sizing = tcase_create("sizing");
+    tcase_set_timeout(sizing, 300);
+    tcase_add_test(sizing, test_sizing_no_overshoot);
+    tcase_add_test(sizing, test_counted_and_fpr);
+    suite_add_tcase(s, sizing);
     TCase *oracle = tcase_create("oracle");
     tcase_set_timeout(oracle, 300);
     tcase_add_test(oracle, test_oracle_canonical);
