@@ -10,8 +10,14 @@
  *   --repeat R      R replays into fresh indexes; the run with the median time is reported
  *   --dump-every N  every N lines: dump the index, replay the dump into a fresh index and go on
  *                   with it (spec/opstream.md §4.5; dump time is excluded from the replay time)
- *   --readers N     afterwards, one more replay: one writer thread applies the events while N
- *                   reader threads run the stream's queries in a loop (unchecked) until it ends
+ *   --readers N     afterwards, the concurrent phase: (1) one writer applies every event with
+ *                   kvr_index_apply_batch into a fresh index, alone (writer_alone_seconds);
+ *                   (2) one thread runs the stream's queries in a loop on that final index, no
+ *                   writer, for as long (the single-thread baseline); (3) a fresh index, one
+ *                   writer applying the events again while N reader threads loop over the
+ *                   queries (unchecked: the state moves) until it ends. Readers and baseline
+ *                   time every find_matches call (lock waits included) into a histogram and
+ *                   count the blocks each query matched (its deepest score), not its length
  * Output: human-readable lines, then one JSON object as the LAST line. Units (§5): ops = match
  * lines + event lines; block ops = hashes in matches + blocks in stores + hashes in removals.
  * Exit: 0 verified; 1 a mismatch, an event error of kind ParentBlockNotFound / BlockNotFound /
@@ -71,13 +77,31 @@ struct run {
     size_t live_block_ranks;
 };
 
+/* Latency histogram in nanoseconds: exact below 32 ns, then 32 sub-buckets per power of two
+ * (values reported as their bucket's upper bound: at most ~3% high). */
+#define HIST_BUCKETS 1920u
+
+struct hist {
+    uint64_t b[HIST_BUCKETS];
+    uint64_t n;
+    uint64_t max_ns;
+};
+
 /* Figures of the concurrent phase. */
 struct concurrent {
-    double seconds; /* writer's wall time */
+    double seconds;       /* writer's wall time with the readers */
+    double alone_seconds; /* writer's wall time alone */
     uint64_t reader_queries;
-    uint64_t reader_blocks;
+    uint64_t reader_blocks; /* blocks matched (deepest score of each query) */
     uint64_t reader_errors;
     uint64_t event_errors;
+    struct hist reader_lat;
+    double base_seconds; /* single-thread baseline, no writer */
+    uint64_t base_queries;
+    uint64_t base_blocks;
+    struct hist base_lat;
+    uint64_t write_holds;   /* of the index written with readers */
+    uint64_t max_hold_work; /* work units of its longest write hold */
 };
 
 static double now_s(void)
@@ -85,6 +109,64 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static unsigned hist_bucket(uint64_t v)
+{
+    if (v < 32)
+        return (unsigned)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v); /* >= 5 */
+    return (e - 4u) * 32u + (unsigned)((v >> (e - 5u)) & 31u);
+}
+
+/* Upper bound of bucket i, in ns. */
+static uint64_t hist_upper(unsigned i)
+{
+    if (i < 32)
+        return i;
+    unsigned e = i / 32u + 4u, sub = i % 32u;
+    return ((32u + (uint64_t)sub + 1u) << (e - 5u)) - 1u;
+}
+
+static void hist_add(struct hist *h, uint64_t ns)
+{
+    h->b[hist_bucket(ns)]++;
+    h->n++;
+    if (ns > h->max_ns)
+        h->max_ns = ns;
+}
+
+static void hist_merge(struct hist *into, const struct hist *h)
+{
+    for (unsigned i = 0; i < HIST_BUCKETS; i++)
+        into->b[i] += h->b[i];
+    into->n += h->n;
+    if (h->max_ns > into->max_ns)
+        into->max_ns = h->max_ns;
+}
+
+/* Nearest-rank percentile in microseconds. */
+static double hist_pct_us(const struct hist *h, double p)
+{
+    if (h->n == 0)
+        return 0;
+    uint64_t k = (uint64_t)(p * (double)h->n + 0.999999);
+    if (k == 0)
+        k = 1;
+    uint64_t seen = 0;
+    for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+        seen += h->b[i];
+        if (seen >= k)
+            return (double)hist_upper(i) / 1000.0;
+    }
+    return (double)h->max_ns / 1000.0;
 }
 
 /* ==== Checking one query ===================================================================== */
@@ -295,14 +377,26 @@ struct shared {
     kvr_index_t *idx;
     atomic_int go;          /* readers spin until the writer starts */
     atomic_int writer_done; /* readers stop once the writer has applied every event */
+    uint64_t deadline_ns;   /* baseline: stop at this time instead (0 = writer_done) */
 };
 
 struct reader {
     struct shared *sh;
     unsigned id;
     uint64_t queries, blocks, errors;
+    struct hist lat;
     pthread_t thread;
 };
+
+/* The blocks a query matched: its deepest score. */
+static uint32_t deepest(const struct kvr_match *m, size_t n)
+{
+    uint32_t best = 0;
+    for (size_t i = 0; i < n; i++)
+        if (m[i].blocks > best)
+            best = m[i].blocks;
+    return best;
+}
 
 static void *reader_main(void *arg)
 {
@@ -316,12 +410,19 @@ static void *reader_main(void *arg)
            !atomic_load_explicit(&rd->sh->writer_done, memory_order_acquire)) {
         const struct kvr_opstream_query *qq = &s->queries[q];
         size_t n_out;
-        if (find(rd->sh->idx, kvr_opstream_query_hashes(s, qq), qq->n, &sc, &n_out) != KVR_OK)
+        uint64_t t0 = now_ns();
+        int rc = find(rd->sh->idx, kvr_opstream_query_hashes(s, qq), qq->n, &sc, &n_out);
+        uint64_t t1 = now_ns();
+        hist_add(&rd->lat, t1 - t0);
+        if (rc != KVR_OK)
             rd->errors++;
+        else
+            rd->blocks += deepest(sc.out, n_out);
         rd->queries++;
-        rd->blocks += qq->n;
         if (++q == s->n_queries)
             q = 0;
+        if (rd->sh->deadline_ns != 0 && t1 >= rd->sh->deadline_ns)
+            break;
     }
     if (sc.out == NULL)
         rd->errors++;
@@ -329,22 +430,55 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+/* Applies every event of the stream into idx with kvr_index_apply_batch; returns the seconds. */
+static double write_all(kvr_index_t *idx, const struct kvr_opstream *s, uint64_t *errors)
+{
+    double t0 = now_s();
+    *errors += kvr_index_apply_batch(idx, s->events.ev, s->events.n, NULL);
+    return now_s() - t0;
+}
+
 static int run_concurrent(const struct options *o, const struct kvr_opstream *s,
                           struct concurrent *c)
 {
     struct kvr_index_config cfg = {.kind = o->kind};
     struct shared sh;
-    struct reader *rd = calloc(o->readers, sizeof(*rd));
+    struct reader *rd = calloc(o->readers + 1u, sizeof(*rd));
     unsigned started = 0;
     int rc = KVR_OK;
+    uint64_t alone_errors = 0;
 
     memset(c, 0, sizeof(*c));
+    memset(&sh, 0, sizeof(sh));
     sh.s = s;
-    sh.idx = NULL;
-    atomic_init(&sh.go, 0);
+    atomic_init(&sh.go, 1);
     atomic_init(&sh.writer_done, 0);
     if (rd == NULL)
         return KVR_ENOMEM;
+    /* (1) the writer alone, then (2) the single-thread query baseline on its final index. */
+    if ((rc = kvr_index_new(&cfg, &sh.idx)) != KVR_OK) {
+        free(rd);
+        return rc;
+    }
+    c->alone_seconds = write_all(sh.idx, s, &alone_errors);
+    double span = c->alone_seconds > 0.25 ? c->alone_seconds : 0.25;
+    struct reader *base = &rd[o->readers];
+    base->sh = &sh;
+    base->id = 0;
+    double b0 = now_s();
+    sh.deadline_ns = now_ns() + (uint64_t)(span * 1e9);
+    (void)reader_main(base);
+    c->base_seconds = now_s() - b0;
+    c->base_queries = base->queries;
+    c->base_blocks = base->blocks;
+    c->base_lat = base->lat;
+    c->reader_errors += base->errors;
+    kvr_index_free(sh.idx);
+    sh.idx = NULL;
+    sh.deadline_ns = 0;
+    atomic_store(&sh.go, 0);
+
+    /* (3) writer and readers together, on a fresh index. */
     if ((rc = kvr_index_new(&cfg, &sh.idx)) != KVR_OK) {
         free(rd);
         return rc;
@@ -365,19 +499,19 @@ static int run_concurrent(const struct options *o, const struct kvr_opstream *s,
     if (rc == KVR_OK) {
         /* this thread is the writer */
         atomic_store_explicit(&sh.go, 1, memory_order_release);
-        double t0 = now_s();
-        for (size_t i = 0; i < s->events.n; i++) {
-            if (kvr_index_apply(sh.idx, &s->events.ev[i]) != KVR_OK)
-                c->event_errors++;
-        }
-        c->seconds = now_s() - t0;
+        c->seconds = write_all(sh.idx, s, &c->event_errors);
         atomic_store_explicit(&sh.writer_done, 1, memory_order_release);
+        struct kvr_index_stats st;
+        kvr_index_stats(sh.idx, &st);
+        c->write_holds = st.counters.write_holds;
+        c->max_hold_work = st.counters.max_hold_work;
     }
     for (unsigned i = 0; i < started; i++) {
         pthread_join(rd[i].thread, NULL);
         c->reader_queries += rd[i].queries;
         c->reader_blocks += rd[i].blocks;
         c->reader_errors += rd[i].errors;
+        hist_merge(&c->reader_lat, &rd[i].lat);
     }
     kvr_index_free(sh.idx);
     free(rd);
@@ -587,12 +721,24 @@ int main(int argc, char **argv)
                (unsigned long long)m->dumps, (unsigned long long)m->dump_events, m->dump_seconds,
                (unsigned long long)m->dump_replay_errors);
     double cs = conc.seconds > 0 ? conc.seconds : 1e-9;
-    if (o.readers > 0)
-        printf("concurrent: 1 writer + %u readers: writer %.3f s (%.0f block ops/s); readers "
-               "%.0f queries/s, %.0f block ops/s (%llu errors)\n",
-               o.readers, conc.seconds, (double)(s.stored_blocks + s.removed_blocks) / cs,
+    double bs = conc.base_seconds > 0 ? conc.base_seconds : 1e-9;
+    double slowdown = conc.alone_seconds > 0 ? conc.seconds / conc.alone_seconds : 0;
+    if (o.readers > 0) {
+        printf("concurrent: 1 writer (kvr_index_apply_batch) + %u readers: writer %.3f s, alone "
+               "%.3f s (%.2fx); %llu write holds, longest %llu work units\n",
+               o.readers, conc.seconds, conc.alone_seconds, slowdown,
+               (unsigned long long)conc.write_holds, (unsigned long long)conc.max_hold_work);
+        printf("  readers during writes: %.0f queries/s, %.0f matched blocks/s, find_matches p50 "
+               "%.2f us, p99 %.2f us, max %.1f us (%llu queries, %llu errors)\n",
                (double)conc.reader_queries / cs, (double)conc.reader_blocks / cs,
+               hist_pct_us(&conc.reader_lat, 0.50), hist_pct_us(&conc.reader_lat, 0.99),
+               (double)conc.reader_lat.max_ns / 1000.0, (unsigned long long)conc.reader_queries,
                (unsigned long long)conc.reader_errors);
+        printf("  single thread, no writer (final index): %.0f queries/s, %.0f matched blocks/s, "
+               "p50 %.2f us, p99 %.2f us\n",
+               (double)conc.base_queries / bs, (double)conc.base_blocks / bs,
+               hist_pct_us(&conc.base_lat, 0.50), hist_pct_us(&conc.base_lat, 0.99));
+    }
     printf("peak RSS %ld kB\n", rss);
     /* A CKF may overcount (false positives): its mismatches are reported, not a failure. */
     if (o.kind == KVR_INDEX_CKF)
@@ -618,17 +764,28 @@ int main(int argc, char **argv)
            (unsigned long long)m->query_errors, (unsigned long long)o.dump_every,
            (unsigned long long)m->dumps, (unsigned long long)dump_errors, o.readers);
     if (o.kind == KVR_INDEX_CKF)
-        printf(",\"index\":\"ckf\",\"overcount_queries\":%llu,\"undercount_queries\":%llu,"
-               "\"overcount_share\":%.6f,\"bytes_per_block\":%.3f,\"exact_bytes\":%zu",
-               (unsigned long long)m->overcount_queries, (unsigned long long)m->undercount_queries,
+        printf(",\"index\":\"ckf\",\"queries\":%llu,\"overcount_queries\":%llu,"
+               "\"undercount_queries\":%llu,\"overcount_share\":%.6f,\"bytes_per_block\":%.3f,"
+               "\"exact_bytes\":%zu",
+               (unsigned long long)m->n_find, (unsigned long long)m->overcount_queries,
+               (unsigned long long)m->undercount_queries,
                m->n_find ? (double)m->overcount_queries / (double)m->n_find : 0.0, bpbr,
                m->exact_bytes);
     if (o.readers > 0)
         printf(",\"reader_queries_per_s\":%.1f,\"reader_block_ops_per_s\":%.1f,"
-               "\"writer_block_ops_per_s\":%.1f,\"writer_seconds\":%.6f,\"reader_errors\":%llu",
+               "\"reader_find_p50_us\":%.3f,\"reader_find_p99_us\":%.3f,"
+               "\"reader_find_max_us\":%.1f,\"baseline_queries_per_s\":%.1f,"
+               "\"baseline_block_ops_per_s\":%.1f,\"baseline_find_p50_us\":%.3f,"
+               "\"baseline_find_p99_us\":%.3f,\"writer_block_ops_per_s\":%.1f,"
+               "\"writer_seconds\":%.6f,\"writer_alone_seconds\":%.6f,\"writer_slowdown\":%.3f,"
+               "\"write_holds\":%llu,\"max_hold_work\":%llu,\"reader_errors\":%llu",
                (double)conc.reader_queries / cs, (double)conc.reader_blocks / cs,
-               (double)(s.stored_blocks + s.removed_blocks) / cs, conc.seconds,
-               (unsigned long long)conc.reader_errors);
+               hist_pct_us(&conc.reader_lat, 0.50), hist_pct_us(&conc.reader_lat, 0.99),
+               (double)conc.reader_lat.max_ns / 1000.0, (double)conc.base_queries / bs,
+               (double)conc.base_blocks / bs, hist_pct_us(&conc.base_lat, 0.50),
+               hist_pct_us(&conc.base_lat, 0.99), (double)(s.stored_blocks + s.removed_blocks) / cs,
+               conc.seconds, conc.alone_seconds, slowdown, (unsigned long long)conc.write_holds,
+               (unsigned long long)conc.max_hold_work, (unsigned long long)conc.reader_errors);
     printf("}\n");
     status = ((o.kind != KVR_INDEX_CKF && mismatches) || fatal || dump_errors) ? EXIT_VERIFY : 0;
     (void)undercounts;

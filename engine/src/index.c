@@ -17,8 +17,13 @@ struct kvr_index {
     kvr_ckf_index_t *ckf; /* NULL for a radix-only index */
     int kind;
     uint32_t max_hold;
+    size_t dump_chunk; /* blocks per dump read hold */
     atomic_ullong queries;
     struct kvr_index_counters c; /* written under the write lock */
+    /* The current write hold (under the write lock). */
+    uint64_t hold_work0;  /* kvr_radix_work at the start of the hold */
+    uint64_t hold_extra;  /* units charged besides the tree's own (CKF events, re-stores) */
+    uint64_t write_holds; /* write holds so far: a dump spanning none of them is an exact cut */
 };
 
 int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
@@ -49,6 +54,14 @@ int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
     }
     idx->kind = kind;
     idx->max_hold = cfg->max_hold_blocks ? cfg->max_hold_blocks : DEFAULT_MAX_HOLD;
+    if (cfg->dump_chunk_blocks > (uint64_t)SIZE_MAX) {
+        kvr_ckf_index_free(idx->ckf);
+        kvr_radix_free(idx->radix);
+        kvr_rwlock_destroy(&idx->lock);
+        free(idx);
+        return KVR_EINVAL;
+    }
+    idx->dump_chunk = cfg->dump_chunk_blocks ? (size_t)cfg->dump_chunk_blocks : idx->max_hold;
     atomic_init(&idx->queries, 0);
     *out = idx;
     return KVR_OK;
@@ -79,22 +92,74 @@ int kvr_index_kind(const kvr_index_t *idx)
     return idx->kind;
 }
 
-/* ==== locking =============================================================================== */
+/* ==== locking and hold accounting ============================================================
+ *
+ * A write hold lasts from taking the write lock to the next release (kvr_rwlock_breathe or
+ * unlock). Its work is what the tree counted (kvr_radix_work) plus what is charged apart (CKF
+ * events, which the filter applies whole). When it reaches max_hold, the writer breathes: it
+ * releases the lock, lets the readers that were waiting in, and takes the lock back. */
+
+static uint64_t radix_work(const struct kvr_index *idx)
+{
+    return idx->radix != NULL ? kvr_radix_work(idx->radix) : 0;
+}
+
+static void hold_begin(struct kvr_index *idx)
+{
+    idx->hold_work0 = radix_work(idx);
+    idx->hold_extra = 0;
+}
+
+static uint64_t hold_used(const struct kvr_index *idx)
+{
+    return radix_work(idx) - idx->hold_work0 + idx->hold_extra;
+}
+
+static void hold_end(struct kvr_index *idx)
+{
+    uint64_t used = hold_used(idx);
+    if (used > idx->c.max_hold_work)
+        idx->c.max_hold_work = used;
+    idx->c.write_holds++;
+    idx->write_holds++;
+}
 
 static void wlock(struct kvr_index *idx)
 {
     kvr_rwlock_wrlock(&idx->lock);
+    hold_begin(idx);
 }
 
 static void wunlock(struct kvr_index *idx)
 {
+    hold_end(idx);
     kvr_rwlock_wrunlock(&idx->lock);
 }
 
 /* Between bounded holds: lets waiting readers in, then takes the lock back. */
 static void wbreathe(struct kvr_index *idx)
 {
+    hold_end(idx);
     kvr_rwlock_breathe(&idx->lock);
+    hold_begin(idx);
+}
+
+/* Units the current hold may still spend (at least 1), breathing first if it has none left. */
+static uint64_t hold_room(struct kvr_index *idx)
+{
+    uint64_t used = hold_used(idx);
+    if (used >= idx->max_hold) {
+        wbreathe(idx);
+        used = 0;
+    }
+    return idx->max_hold - used;
+}
+
+/* Runs the tree's current job (and the frees it left) to the end in bounded holds. */
+static void run_job(struct kvr_index *idx)
+{
+    while (kvr_radix_step(idx->radix, hold_room(idx)))
+        ;
 }
 
 static void rlock(struct kvr_index *idx)
@@ -132,9 +197,9 @@ static void count_result(struct kvr_index_counters *c, int rc, size_t not_found)
     }
 }
 
-/* Applies one event under the write lock (held on entry and exit), releasing it between chunks
- * of at most max_hold block operations. *budget counts operations since the last release. */
-static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev, uint32_t *budget)
+/* Applies one event under the write lock (held on entry and exit), releasing it whenever the
+ * current hold has done max_hold work units. */
+static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev)
 {
     struct kvr_index_counters *c = &idx->c;
     int rc = KVR_OK;
@@ -152,8 +217,9 @@ static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev, uint3
     }
     if (idx->ckf != NULL) {
         /* The CKF takes the whole event at once (its per-block work is a few probes). */
+        (void)hold_room(idx);
         int crc = kvr_ckf_index_apply(idx->ckf, ev);
-        *budget += ev->n;
+        idx->hold_extra += ev->n ? ev->n : 1u;
         if (idx->radix == NULL) {
             if (ev->kind == KVR_EVENT_STORED)
                 c->blocks_stored += ev->n;
@@ -172,17 +238,14 @@ static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev, uint3
             c->err_other++;
             return KVR_EINVAL;
         }
+        /* Chained sub-stores, each fitting the room left in the current hold. */
         while (done < ev->n) {
-            if (*budget >= idx->max_hold) {
-                wbreathe(idx);
-                *budget = 0;
-            }
+            uint64_t room = hold_room(idx);
             size_t chunk = ev->n - done;
-            if (chunk > idx->max_hold)
-                chunk = idx->max_hold;
+            if (chunk > room)
+                chunk = (size_t)room;
             rc = kvr_radix_store(idx->radix, ev->worker_id, ev->dp_rank,
                                  has_parent ? &parent : NULL, ev->blocks + done, chunk);
-            *budget += (uint32_t)chunk;
             if (rc != KVR_OK)
                 break;
             parent = ev->blocks[done + chunk - 1].block_hash;
@@ -194,31 +257,22 @@ static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev, uint3
         return rc;
     }
     case KVR_EVENT_REMOVED: {
-        size_t done = 0, missing = 0;
-        while (done < ev->n) {
-            if (*budget >= idx->max_hold) {
-                wbreathe(idx);
-                *budget = 0;
-            }
-            size_t chunk = ev->n - done;
-            if (chunk > idx->max_hold)
-                chunk = idx->max_hold;
-            size_t nf = 0;
-            int r = kvr_radix_remove(idx->radix, ev->worker_id, ev->dp_rank, ev->hashes + done,
-                                     chunk, &nf);
-            missing += nf;
-            if (r != KVR_OK && rc == KVR_OK)
-                rc = r;
-            *budget += (uint32_t)chunk;
-            done += chunk;
+        size_t missing = 0;
+        rc = kvr_radix_remove_begin(idx->radix, ev->worker_id, ev->dp_rank, ev->hashes, ev->n);
+        if (rc == KVR_OK) {
+            run_job(idx);
+            rc = kvr_radix_job_result(idx->radix, &missing);
         }
         c->blocks_removed += ev->n;
         count_result(c, rc, missing);
         return rc;
     }
     case KVR_EVENT_CLEARED:
-        rc = kvr_radix_clear_rank(idx->radix, ev->worker_id, ev->dp_rank);
-        *budget += idx->max_hold; /* a clear walks a whole rank: release right after */
+        rc = kvr_radix_clear_begin(idx->radix, ev->worker_id, ev->dp_rank);
+        if (rc == KVR_OK) {
+            run_job(idx);
+            rc = kvr_radix_job_result(idx->radix, NULL);
+        }
         count_result(c, rc, 0);
         return rc;
     default:
@@ -229,20 +283,18 @@ static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev, uint3
 
 int kvr_index_apply(kvr_index_t *idx, const struct kvr_event *ev)
 {
-    uint32_t budget = 0;
     wlock(idx);
-    int rc = apply_locked(idx, ev, &budget);
+    int rc = apply_locked(idx, ev);
     wunlock(idx);
     return rc;
 }
 
 size_t kvr_index_apply_batch(kvr_index_t *idx, const struct kvr_event *ev, size_t n, int *results)
 {
-    uint32_t budget = 0;
     size_t failed = 0;
     wlock(idx);
     for (size_t i = 0; i < n; i++) {
-        int rc = apply_locked(idx, &ev[i], &budget);
+        int rc = apply_locked(idx, &ev[i]);
         if (results != NULL)
             results[i] = rc;
         failed += rc != KVR_OK;
@@ -251,28 +303,37 @@ size_t kvr_index_apply_batch(kvr_index_t *idx, const struct kvr_event *ev, size_
     return failed;
 }
 
-int kvr_index_remove_worker(kvr_index_t *idx, uint64_t worker_id)
+/* Worker or rank removal: the tree's part as a bounded job, the CKF's at once. */
+static int remove_ranks(kvr_index_t *idx, uint64_t worker_id, uint32_t dp_rank, int whole)
 {
     int rc = KVR_ENOTFOUND, crc = KVR_ENOTFOUND;
     wlock(idx);
-    if (idx->radix != NULL)
-        rc = kvr_radix_remove_worker(idx->radix, worker_id);
-    if (idx->ckf != NULL)
-        crc = kvr_ckf_index_remove_worker(idx->ckf, worker_id);
+    if (idx->radix != NULL) {
+        rc = whole ? kvr_radix_remove_worker_begin(idx->radix, worker_id)
+                   : kvr_radix_remove_rank_begin(idx->radix, worker_id, dp_rank);
+        if (rc == KVR_OK) {
+            run_job(idx);
+            rc = kvr_radix_job_result(idx->radix, NULL);
+        }
+    }
+    if (idx->ckf != NULL) {
+        (void)hold_room(idx);
+        crc = whole ? kvr_ckf_index_remove_worker(idx->ckf, worker_id)
+                    : kvr_ckf_index_remove_rank(idx->ckf, worker_id, dp_rank);
+        idx->hold_extra += idx->max_hold; /* a CKF lane removal is whole: release right after */
+    }
     wunlock(idx);
     return idx->radix != NULL ? rc : crc;
 }
 
+int kvr_index_remove_worker(kvr_index_t *idx, uint64_t worker_id)
+{
+    return remove_ranks(idx, worker_id, 0, 1);
+}
+
 int kvr_index_remove_rank(kvr_index_t *idx, uint64_t worker_id, uint32_t dp_rank)
 {
-    int rc = KVR_ENOTFOUND, crc = KVR_ENOTFOUND;
-    wlock(idx);
-    if (idx->radix != NULL)
-        rc = kvr_radix_remove_rank(idx->radix, worker_id, dp_rank);
-    if (idx->ckf != NULL)
-        crc = kvr_ckf_index_remove_rank(idx->ckf, worker_id, dp_rank);
-    wunlock(idx);
-    return idx->radix != NULL ? rc : crc;
+    return remove_ranks(idx, worker_id, dp_rank, 0);
 }
 
 /* ==== queries =============================================================================== */
@@ -327,12 +388,34 @@ int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t 
     return rc;
 }
 
-int kvr_index_dump(kvr_index_t *idx, struct kvr_event_list *out)
+int kvr_index_dump_ex(kvr_index_t *idx, struct kvr_event_list *out,
+                      struct kvr_index_dump_info *info)
 {
+    struct kvr_index_dump_info local;
+    if (info == NULL)
+        info = &local;
+    memset(info, 0, sizeof(*info));
     if (idx->radix == NULL)
         return KVR_ESTATE;
+    kvr_radix_dump_t *d = NULL;
+    int done = 0;
     rlock(idx);
-    int rc = kvr_radix_dump(idx->radix, out);
+    uint64_t holds0 = idx->write_holds;
+    int rc = kvr_radix_dump_begin(idx->radix, &d);
     runlock(idx);
+    while (rc == KVR_OK && !done) {
+        rlock(idx);
+        rc = kvr_radix_dump_step(idx->radix, d, out, idx->dump_chunk, &done);
+        info->exact = idx->write_holds == holds0;
+        runlock(idx);
+        info->chunks++;
+    }
+    if (d != NULL)
+        kvr_radix_dump_end(idx->radix, d);
     return rc;
+}
+
+int kvr_index_dump(kvr_index_t *idx, struct kvr_event_list *out)
+{
+    return kvr_index_dump_ex(idx, out, NULL);
 }

@@ -29,14 +29,35 @@ static inline uint32_t log2_u32(uint32_t v)
     return 31u - (uint32_t)__builtin_clz(v);
 }
 
-/* ==== node arena ============================================================================ */
+/* ==== node arena ============================================================================
+ *
+ * FREE nodes are linked through `mark` (id + 1). A node freed while an incremental dump is in
+ * progress goes to the limbo list instead: a dump keeps node pointers across lock releases and
+ * checks `live` before using them, which is only sound if the struct is not reused meanwhile.
+ * Limbo joins the free list once no dump is active. */
+
+static inline struct rnode *link_next(const struct kvr_radix *t, const struct rnode *n)
+{
+    return n->mark ? rnode_get(t, n->mark - 1u) : NULL;
+}
+
+static inline void link_push(struct rnode **head, struct rnode *n)
+{
+    n->mark = *head ? (*head)->id + 1u : 0u;
+    *head = n;
+}
 
 static struct rnode *node_alloc(struct kvr_radix *t)
 {
+    if (t->free_list == NULL && t->limbo != NULL &&
+        atomic_load_explicit(&t->dumps_active, memory_order_acquire) == 0) {
+        t->free_list = t->limbo;
+        t->limbo = NULL;
+    }
     struct rnode *n = t->free_list;
     uint32_t id;
     if (n != NULL) {
-        t->free_list = n->parent;
+        t->free_list = link_next(t, n);
         id = n->id;
     } else {
         if (t->next_fresh == UINT32_MAX)
@@ -57,12 +78,13 @@ static struct rnode *node_alloc(struct kvr_radix *t)
     }
     memset(n, 0, sizeof(*n));
     n->id = id;
-    n->live = 1;
+    n->live = RNODE_LIVE;
     return n;
 }
 
-/* Returns a node obtained from node_alloc that was never linked (no accounting). */
-static void node_unalloc(struct kvr_radix *t, struct rnode *n)
+/* Releases a node's storage; the struct goes to the free list (or limbo). len, parent and
+ * split_next stay readable: entries resolved while a subtree is drained may pass through. */
+static void node_release(struct kvr_radix *t, struct rnode *n)
 {
     kvr_free(&t->alloc, n->loc);
     kvr_free(&t->alloc, n->fullx);
@@ -74,22 +96,33 @@ static void node_unalloc(struct kvr_radix *t, struct rnode *n)
     n->cut = NULL;
     n->ovr = NULL;
     n->kids = NULL;
-    n->live = 0;
-    n->parent = t->free_list;
-    t->free_list = n;
+    n->full0 = 0;
+    n->nfullx = 0;
+    n->ncut = n->cut_cap = 0;
+    n->novr = n->ovr_cap = 0;
+    n->nkids = n->kids_cap = 0;
+    n->live = RNODE_FREE;
+    if (atomic_load_explicit(&t->dumps_active, memory_order_acquire) != 0)
+        link_push(&t->limbo, n);
+    else
+        link_push(&t->free_list, n);
 }
 
-/* Frees a linked node's storage and accounting; the struct goes to the free list. The node's
- * len and split_next stay readable (resolution of entries during a purge may pass through). */
+/* Returns a node obtained from node_alloc that was never linked (no accounting). */
+static void node_unalloc(struct kvr_radix *t, struct rnode *n)
+{
+    n->len = 0;
+    n->split_next = NULL;
+    node_release(t, n);
+}
+
+/* Frees a linked (or detached) node's storage and accounting. */
 static void node_free(struct kvr_radix *t, struct rnode *n)
 {
     t->live_nodes--;
     t->live_blocks -= n->len;
-    struct rnode *keep_split = n->split_next;
-    uint32_t keep_len = n->len;
-    node_unalloc(t, n);
-    n->split_next = keep_split;
-    n->len = keep_len;
+    t->work++;
+    node_release(t, n);
 }
 
 /* ==== per-rank external-hash tables =========================================================
@@ -137,7 +170,7 @@ static inline void tab_prefetch(const struct kvr_radix *t, uint32_t slot, uint64
         __builtin_prefetch(&tab->e[tab_home(tab_fp(t, ext), tab->cap)]);
 }
 
-struct tent *radix_tab_find(const struct kvr_radix *t, uint32_t slot, uint64_t ext)
+struct tent *kvr_radix_tab_find(const struct kvr_radix *t, uint32_t slot, uint64_t ext)
 {
     const struct extab *tab = &t->ranks[slot].tab;
     if (tab->count == 0)
@@ -150,8 +183,8 @@ struct tent *radix_tab_find(const struct kvr_radix *t, uint32_t slot, uint64_t e
             return NULL;
         if (e->fp == fp) {
             uint32_t pos;
-            const struct rnode *n = radix_resolve_ro(t, e, &pos);
-            if (pos < n->len && radix_ext_of(n, slot, pos) == ext)
+            const struct rnode *n = kvr_radix_resolve_ro(t, e, &pos);
+            if (pos < n->len && kvr_radix_ext_of(n, slot, pos) == ext)
                 return e;
         }
     }
@@ -260,7 +293,7 @@ static void tab_clear(struct kvr_radix *t, struct extab *tab)
 
 /* ==== entry resolution ====================================================================== */
 
-struct rnode *radix_resolve_ro(const struct kvr_radix *t, const struct tent *e, uint32_t *pos)
+struct rnode *kvr_radix_resolve_ro(const struct kvr_radix *t, const struct tent *e, uint32_t *pos)
 {
     struct rnode *n = rnode_get(t, e->node);
     uint32_t p = e->pos;
@@ -275,7 +308,7 @@ struct rnode *radix_resolve_ro(const struct kvr_radix *t, const struct tent *e, 
 /* Resolves and re-points the entry at the node that holds its position now. */
 static struct rnode *resolve(const struct kvr_radix *t, struct tent *e, uint32_t *pos)
 {
-    struct rnode *n = radix_resolve_ro(t, e, pos);
+    struct rnode *n = kvr_radix_resolve_ro(t, e, pos);
     if (n->id != e->node) {
         e->node = n->id;
         e->pos = *pos;
@@ -290,7 +323,7 @@ static inline uint32_t kids_home(const struct kvr_radix *t, uint32_t cap, uint64
     return (uint32_t)(mix(local, t->seed) >> (64u - log2_u32(cap)));
 }
 
-struct rnode *radix_kid_find(const struct kvr_radix *t, const struct rnode *n, uint64_t local)
+struct rnode *kvr_radix_kid_find(const struct kvr_radix *t, const struct rnode *n, uint64_t local)
 {
     const struct kid *k = n->kids;
     if (n->kids_cap <= KIDS_LINEAR) {
@@ -308,7 +341,7 @@ struct rnode *radix_kid_find(const struct kvr_radix *t, const struct rnode *n, u
     }
 }
 
-void radix_kids_each(const struct rnode *n, void (*fn)(struct rnode *, void *), void *arg)
+void kvr_radix_kids_each(const struct rnode *n, void (*fn)(struct rnode *, void *), void *arg)
 {
     if (n->kids_cap <= KIDS_LINEAR) {
         for (uint32_t i = 0; i < n->nkids; i++)
@@ -326,9 +359,9 @@ static void list_push(struct rnode *c, void *arg)
     *(*out)++ = c;
 }
 
-void radix_kids_list(const struct rnode *n, struct rnode **out)
+void kvr_radix_kids_list(const struct rnode *n, struct rnode **out)
 {
-    radix_kids_each(n, list_push, &out);
+    kvr_radix_kids_each(n, list_push, &out);
 }
 
 static void kids_table_put(const struct kvr_radix *t, struct kid *k, uint32_t cap, uint64_t local,
@@ -531,7 +564,7 @@ static uint32_t ovr_lower(const struct rnode *n, uint32_t pos, uint32_t slot)
     return lo;
 }
 
-uint64_t radix_ext_of(const struct rnode *n, uint32_t slot, uint32_t pos)
+uint64_t kvr_radix_ext_of(const struct rnode *n, uint32_t slot, uint32_t pos)
 {
     if (n->novr != 0) {
         uint32_t i = ovr_lower(n, pos, slot);
@@ -705,117 +738,179 @@ static void rank_release(struct kvr_radix *t, uint32_t slot)
         t->nslots--;
 }
 
-/* ==== unlinking ============================================================================= */
+/* ==== unlinking and deferred frees ==========================================================
+ *
+ * A node left without a full rank unlinks its whole subtree (index.md §5.6 step 5). Unlinking
+ * only pushes the node's children on the drain stack (marked DETACHED, O(children), no memory)
+ * and frees its children array; the node keeps its split_next until the drain frees that child,
+ * so table entries naming the node past its end still resolve. From then on no reader can reach
+ * the subtree. Its table entries are deleted and its memory freed later, a bounded number of
+ * work units per kvr_radix_step (drain_step), in post-order:
+ *
+ *   top of the stack x: while x has children, push one (DETACHED) and work on it first;
+ *   then delete each rank's entries on x, position by position (cursor drain.pos); then free x.
+ *
+ * Split chains must stay intact while entries may resolve through them: an entry naming a node
+ * past its end follows split_next into the node's split child, and so on down. So a node is
+ * freed only when it has no children, no ranks and no split child left (split_next NULL); freeing
+ * a node clears its parent's split_next if it pointed at it, and frees that parent too if it was
+ * only WAITING for this. Structs of freed nodes keep len, parent and split_next, and none is
+ * reused before the drain ends (nothing allocates nodes in between).
+ *
+ * The drain runs only after the job that unlinked (a removal, a rank drop) has finished, and
+ * every entry point that looks anything up first finishes both, so lookups never meet a
+ * half-drained node. A job may still resolve entries into a subtree it unlinked itself and not
+ * yet drained: cutting coverage there is harmless (the nodes are doomed; settle leaves DETACHED
+ * nodes alone, and a LIVE node freed inside the subtree is removed from its parent's children
+ * like anywhere else). */
 
-/* External hashes dropped implicitly by one removal event (a block cut because an earlier
- * position of its node was removed), so that naming them later in the same event is not
- * "not found". Bounded; overflow only makes the not-found count conservative. */
-struct dropset {
-    uint64_t h[64];
-    uint32_t n;
-};
-
-/* Deletes every table entry for positions [from, to) that `slot` covers on n; records the
- * hashes other than position `keep` in ds (may be NULL). */
+/* Deletes every table entry for positions [from, to) that `slot` covers on n (one work unit per
+ * position); records the hashes of positions other than `keep` in ds (may be NULL). */
 static void entries_drop(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t from,
-                         uint32_t to, struct dropset *ds)
+                         uint32_t to, uint32_t keep, struct dropset *ds)
 {
     struct extab *tab = &t->ranks[slot].tab;
+    if (to > from)
+        t->work += to - from;
     for (uint32_t pos = from; pos < to; pos++) {
-        uint64_t ext = radix_ext_of(n, slot, pos);
-        struct tent *e = radix_tab_find(t, slot, ext);
+        uint64_t ext = kvr_radix_ext_of(n, slot, pos);
+        struct tent *e = kvr_radix_tab_find(t, slot, ext);
         if (e == NULL)
             continue;
         uint32_t p;
-        if (radix_resolve_ro(t, e, &p) == n && p == pos) {
+        if (kvr_radix_resolve_ro(t, e, &p) == n && p == pos) {
             tab_del(t, tab, e);
-            if (ds != NULL && pos != from && ds->n < 64)
+            if (ds != NULL && pos != keep && ds->n < 64)
                 ds->h[ds->n++] = ext;
         }
     }
 }
 
-/* Deletes every entry of every rank covering n. */
-static void entries_drop_all(struct kvr_radix *t, struct rnode *n)
+static int drain_idle(const struct kvr_radix *t)
 {
-    uint32_t words = 1u + n->nfullx;
-    for (uint32_t w = 0; w < words; w++) {
-        uint64_t bits = full_word(n, w);
-        while (bits) {
-            uint32_t slot = w * 64u + (uint32_t)__builtin_ctzll(bits);
-            bits &= bits - 1u;
-            entries_drop(t, n, slot, 0, n->len, NULL);
-        }
-    }
-    for (uint32_t i = 0; i < n->ncut; i++)
-        entries_drop(t, n, n->cut[i].slot, 0, n->cut[i].k, NULL);
+    return t->drain.top == NULL;
 }
 
-/* Unlinks and frees n's whole subtree (n itself stays, childless). Never allocates: the
- * traversal stack is threaded through the nodes' mark field (as node ids) and the finished list
- * through their parent field. */
-static void unlink_children(struct kvr_radix *t, struct rnode *n)
+static void drain_push(struct kvr_radix *t, struct rnode *c)
+{
+    c->live = RNODE_DETACHED;
+    link_push(&t->drain.top, c);
+    t->work++;
+}
+
+/* Moves n's children to the drain (n stays, childless). Never fails. */
+static void detach_children(struct kvr_radix *t, struct rnode *n)
 {
     if (n->nkids == 0)
         return;
-    struct rnode *stack = NULL, *done = NULL;
-    /* Push children; `mark` links the stack (next node id + 1, 0 = end). In array mode the
-     * first nkids slots are the children; in table mode empty slots are NULL. */
-    uint32_t nk = n->nkids;
-    for (uint32_t i = 0, seen = 0; seen < nk; i++) {
-        struct rnode *c = n->kids[i].n;
-        if (c == NULL)
-            continue;
-        seen++;
-        c->mark = stack ? stack->id + 1u : 0u;
-        stack = c;
-    }
-    while (stack != NULL) {
-        struct rnode *x = stack;
-        stack = x->mark ? rnode_get(t, x->mark - 1u) : NULL;
-        entries_drop_all(t, x);
-        uint32_t xk = x->nkids;
-        for (uint32_t i = 0, seen = 0; seen < xk; i++) {
-            struct rnode *c = x->kids[i].n;
-            if (c == NULL)
-                continue;
-            seen++;
-            c->mark = stack ? stack->id + 1u : 0u;
-            stack = c;
-        }
-        x->parent = done;
-        done = x;
-    }
-    while (done != NULL) {
-        struct rnode *next = done->parent;
-        node_free(t, done);
-        done = next;
-    }
+    uint32_t end = n->kids_cap <= KIDS_LINEAR ? n->nkids : n->kids_cap;
+    for (uint32_t i = 0; i < end; i++)
+        if (n->kids[i].n != NULL)
+            drain_push(t, n->kids[i].n);
     kvr_free(&t->alloc, n->kids);
     n->kids = NULL;
     n->nkids = 0;
     n->kids_cap = 0;
-    n->split_next = NULL;
 }
 
-/* Removes a dead leaf (no rank, no child) from its parent and frees it. */
-static void free_leaf(struct kvr_radix *t, struct rnode *n)
+/* Frees n (no children, no ranks, no split child), then each ancestor that only waited for it. */
+static void free_node_chain(struct kvr_radix *t, struct rnode *n)
 {
-    struct rnode *p = n->parent;
-    kids_del(t, p, n->loc[0]);
-    if (p->split_next == n)
+    for (;;) {
+        struct rnode *p = n->parent;
+        node_free(t, n);
+        if (p == NULL || p->split_next != n)
+            return;
         p->split_next = NULL;
-    node_free(t, n);
+        if (p->live != RNODE_WAITING)
+            return;
+        n = p;
+    }
 }
 
-/* Restores the structural invariants of n after ranks left it. */
+/* Takes one child off a DETACHED node (its children array is compacted on first use). */
+static struct rnode *drain_take_child(struct kvr_radix *t, struct rnode *x)
+{
+    if (x->kids_cap > KIDS_LINEAR) {
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < x->kids_cap; i++)
+            if (x->kids[i].n != NULL)
+                x->kids[k++] = x->kids[i];
+        t->work += x->kids_cap / 8u;
+        x->kids_cap = KIDS_LINEAR; /* array mode from now on (only the drain reads it) */
+    }
+    return x->kids[--x->nkids].n;
+}
+
+/* Advances the drain until t->work reaches `end`. Returns 1 while work remains. */
+static int drain_step(struct kvr_radix *t, uint64_t end)
+{
+    struct drain *d = &t->drain;
+    while (t->work < end) {
+        struct rnode *x = d->top;
+        if (x == NULL)
+            return 0;
+        if (x->nkids > 0) {
+            drain_push(t, drain_take_child(t, x));
+            continue;
+        }
+        /* The next rank still on x: a full one, else the last cutoff. */
+        uint32_t slot = UINT32_MAX, to = 0;
+        int full = 0;
+        for (uint32_t w = 0; w <= x->nfullx; w++) {
+            uint64_t bits = full_word(x, w);
+            if (bits) {
+                slot = w * 64u + (uint32_t)__builtin_ctzll(bits);
+                to = x->len;
+                full = 1;
+                break;
+            }
+        }
+        if (!full && x->ncut > 0) {
+            slot = x->cut[x->ncut - 1u].slot;
+            to = x->cut[x->ncut - 1u].k;
+        }
+        if (slot != UINT32_MAX) {
+            uint32_t stop = to;
+            if ((uint64_t)(stop - d->pos) > end - t->work)
+                stop = d->pos + (uint32_t)(end - t->work);
+            entries_drop(t, x, slot, d->pos, stop, UINT32_MAX, NULL);
+            d->pos = stop;
+            if (d->pos == to) {
+                if (full)
+                    full_clear(x, slot);
+                else
+                    x->ncut--;
+                d->pos = 0;
+            }
+            continue;
+        }
+        /* Nothing left on x: free it, unless its split child is still pending. */
+        d->top = link_next(t, x);
+        if (x->split_next != NULL)
+            x->live = RNODE_WAITING;
+        else
+            free_node_chain(t, x);
+    }
+    return !drain_idle(t);
+}
+
+/* Restores the structural invariants of n after ranks left it: a node without a full rank loses
+ * its subtree (to the drain); one with no rank at all leaves the tree (freed now if it is a plain
+ * leaf, else by the drain after its subtree). */
 static void settle(struct kvr_radix *t, struct rnode *n)
 {
-    if (!n->live || n == t->root || full_any(n))
+    if (n->live != RNODE_LIVE || n == t->root || full_any(n))
         return;
-    unlink_children(t, n);
-    if (n->ncut == 0)
-        free_leaf(t, n);
+    if (n->ncut == 0) {
+        kids_del(t, n->parent, n->loc[0]);
+        if (n->nkids == 0 && n->split_next == NULL) {
+            free_node_chain(t, n);
+            return;
+        }
+        drain_push(t, n); /* below its children: freed after them */
+    }
+    detach_children(t, n);
 }
 
 /* ==== coverage writes ======================================================================= */
@@ -846,14 +941,14 @@ static void entries_write(struct kvr_radix *t, struct rnode *n, uint32_t slot, u
         uint32_t pos = from + j;
         uint64_t ext = b[j].block_hash;
         if (pos < covered) {
-            uint64_t old = radix_ext_of(n, slot, pos);
+            uint64_t old = kvr_radix_ext_of(n, slot, pos);
             if (old == ext)
                 continue;
-            struct tent *oe = radix_tab_find(t, slot, old);
+            struct tent *oe = kvr_radix_tab_find(t, slot, old);
             if (oe != NULL)
                 tab_del(t, tab, oe);
         }
-        if (radix_tab_find(t, slot, ext) == NULL)
+        if (kvr_radix_tab_find(t, slot, ext) == NULL)
             tab_put(t, tab, ext, n->id, pos);
         if (ext != edge_ext[pos])
             ovr_set(n, pos, slot, ext);
@@ -1073,6 +1168,8 @@ static int split(struct kvr_radix *t, struct rnode *n, uint32_t q, struct rnode 
 
 /* ==== store ================================================================================= */
 
+static void finish_pending(struct kvr_radix *t);
+
 /* The chain's position walk (read-only): returns the index of the first block whose external
  * hash the rank already uses at another position (or that repeats within the chain, or equals
  * the parent); n if none. */
@@ -1089,7 +1186,7 @@ static size_t first_conflict(const struct kvr_radix *t, uint32_t slot, struct rn
             tab_prefetch(t, slot, b[i + AHEAD].block_hash);
         if (!diverged) {
             if (at == t->root || at_pos + 1u == at->len) {
-                struct rnode *c = radix_kid_find(t, at, b[i].tokens_hash);
+                struct rnode *c = kvr_radix_kid_find(t, at, b[i].tokens_hash);
                 if (c != NULL) {
                     at = c;
                     at_pos = 0;
@@ -1102,10 +1199,10 @@ static size_t first_conflict(const struct kvr_radix *t, uint32_t slot, struct rn
                 diverged = 1;
             }
         }
-        const struct tent *e = radix_tab_find(t, slot, b[i].block_hash);
+        const struct tent *e = kvr_radix_tab_find(t, slot, b[i].block_hash);
         if (e != NULL) {
             uint32_t p;
-            struct rnode *where = radix_resolve_ro(t, e, &p);
+            struct rnode *where = kvr_radix_resolve_ro(t, e, &p);
             if (diverged || where != at || p != at_pos)
                 return i;
         }
@@ -1122,9 +1219,9 @@ static size_t first_conflict(const struct kvr_radix *t, uint32_t slot, struct rn
 
 /* The index of the first block whose external hash repeats an earlier one of the chain (n if
  * none), for chains longer than first_conflict's quadratic check covers. One pass over an
- * open-addressed set (on the stack up to 1024 blocks). Returns KVR_OK or KVR_ENOMEM. */
-static int first_repeat(const struct kvr_radix *t, const struct kvr_block *b, size_t n,
-                        size_t *first)
+ * open-addressed set: on the stack up to 1024 blocks, above that from the tree's allocator
+ * (freed before returning). Returns KVR_OK or KVR_ENOMEM (nothing changed). */
+static int first_repeat(struct kvr_radix *t, const struct kvr_block *b, size_t n, size_t *first)
 {
     enum { STACK_SET = 2048 };
     uint64_t stack_set[STACK_SET];
@@ -1134,7 +1231,7 @@ static int first_repeat(const struct kvr_radix *t, const struct kvr_block *b, si
     size_t cap = 2;
     while (cap < 2 * n)
         cap *= 2;
-    uint64_t *set = cap <= STACK_SET ? stack_set : malloc(cap * sizeof(uint64_t));
+    uint64_t *set = cap <= STACK_SET ? stack_set : kvr_malloc(&t->alloc, cap * sizeof(uint64_t));
     if (set == NULL)
         return KVR_ENOMEM;
     /* 0 marks an empty slot; the value 0 itself is tracked apart. */
@@ -1161,7 +1258,7 @@ static int first_repeat(const struct kvr_radix *t, const struct kvr_block *b, si
         set[j] = e;
     }
     if (set != stack_set)
-        free(set);
+        kvr_free(&t->alloc, set);
     return KVR_OK;
 }
 
@@ -1172,7 +1269,7 @@ static int insert_children(struct kvr_radix *t, uint32_t slot, struct rnode *p,
 {
     uint32_t i = 0;
     while (i < n) {
-        struct rnode *c = radix_kid_find(t, p, b[i].tokens_hash);
+        struct rnode *c = kvr_radix_kid_find(t, p, b[i].tokens_hash);
         uint32_t rest = n - i;
         if (c == NULL) {
             if (p != t->root && !p->internal && has_prev && rnode_ext(p)[p->len - 1u] == prev_ext &&
@@ -1211,6 +1308,8 @@ int kvr_radix_store(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank, const 
 {
     if (t == NULL || blocks == NULL || n == 0 || n > UINT32_MAX / 4u)
         return KVR_EINVAL;
+    finish_pending(t);
+    t->work += n;
     uint32_t slot;
     if (parent != NULL) {
         if (!rank_find(t, worker_id, dp_rank, &slot))
@@ -1222,7 +1321,7 @@ int kvr_radix_store(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank, const 
     uint32_t pp = 0;
     if (parent != NULL) {
         struct extab *tab = &t->ranks[slot].tab;
-        struct tent *e = radix_tab_find(t, slot, *parent);
+        struct tent *e = kvr_radix_tab_find(t, slot, *parent);
         if (e == NULL)
             return KVR_EPARENT;
         p = resolve(t, e, &pp);
@@ -1276,10 +1375,11 @@ out:
 /* ==== remove ================================================================================ */
 
 /* Cuts slot's coverage of n down to `i` positions (deleting its entries from i on), then
- * restores the structural invariants. Never fails: if a cutoff cannot be recorded for lack of
- * memory, the rank leaves the node entirely (an undercount) and *degraded is set. */
-static void cut_at(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t i, int *degraded,
-                   struct dropset *ds)
+ * restores the structural invariants. `keep` is the position whose hash the caller names (not
+ * recorded in ds). Never fails: if a cutoff cannot be recorded for lack of memory, the rank leaves
+ * the node entirely (an undercount) and *degraded is set. */
+static void cut_at(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t i, uint32_t keep,
+                   int *degraded, struct dropset *ds)
 {
     uint32_t c = cover_of(n, slot);
     if (i >= c)
@@ -1287,11 +1387,10 @@ static void cut_at(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t
     int full = full_has(n, slot);
     if (i > 0 && full && cut_reserve(t, n, 1) != KVR_OK) {
         *degraded = 1;
-        entries_drop(t, n, slot, 0, i, ds);
-        ds = NULL;
+        entries_drop(t, n, slot, 0, i, keep, ds);
         i = 0;
     }
-    entries_drop(t, n, slot, i, c, ds);
+    entries_drop(t, n, slot, i, c, keep, ds);
     ovr_del_range(n, slot, i, c);
     full_clear(n, slot);
     if (i == 0)
@@ -1309,112 +1408,257 @@ static int dropped_here(const struct dropset *ds, uint64_t h)
     return 0;
 }
 
-int kvr_radix_remove(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank, const uint64_t *hashes,
-                     size_t n, size_t *not_found)
+enum { REMOVE_AHEAD = 4 };
+
+/* Advances a removal job until t->work reaches `end`; returns 1 while hashes remain. A hash
+ * whose cut is longer than the budget left is cut from the tail in pieces (the rank's coverage
+ * shrinks monotonically, so a reader in between sees part of the removal: fewer blocks than
+ * before, never more); the next step looks the hash up again and goes on. */
+static int remove_step(struct kvr_radix *t, uint64_t end)
 {
-    size_t missing = 0;
-    uint32_t slot;
-    int degraded = 0;
-    if (t == NULL || (hashes == NULL && n > 0))
-        return KVR_EINVAL;
-    if (!rank_find(t, worker_id, dp_rank, &slot)) {
-        missing = n;
-    } else {
-        struct dropset ds;
-        enum { AHEAD = 4 };
-        ds.n = 0;
-        for (size_t i = 0; i < n && i < AHEAD; i++)
-            tab_prefetch(t, slot, hashes[i]);
-        for (size_t i = 0; i < n; i++) {
-            if (i + AHEAD < n)
-                tab_prefetch(t, slot, hashes[i + AHEAD]);
-            struct tent *e = radix_tab_find(t, slot, hashes[i]);
-            if (e == NULL) {
-                /* Not there: unless an earlier hash of this event cut it away (a parent removed
-                 * before its child), the rank did not hold it. */
-                missing += !dropped_here(&ds, hashes[i]);
-                continue;
-            }
-            uint32_t pos;
-            struct rnode *node = resolve(t, e, &pos);
-            cut_at(t, node, slot, pos, &degraded, &ds);
+    struct job *j = &t->job;
+    uint32_t slot = j->slot;
+    while (j->i < j->n) {
+        if (t->work >= end)
+            return 1;
+        if (j->i + REMOVE_AHEAD < j->n)
+            tab_prefetch(t, slot, j->hashes[j->i + REMOVE_AHEAD]);
+        uint64_t h = j->hashes[j->i];
+        t->work++;
+        struct tent *e = kvr_radix_tab_find(t, slot, h);
+        if (e == NULL) {
+            /* Not there: unless an earlier hash of this event cut it away (a parent removed
+             * before its child), the rank did not hold it. */
+            j->missing += !dropped_here(&j->ds, h);
+            j->i++;
+            continue;
         }
-        tab_maybe_shrink(t, &t->ranks[slot].tab);
+        uint32_t pos;
+        struct rnode *node = resolve(t, e, &pos);
+        uint32_t c = cover_of(node, slot), target = pos;
+        uint64_t room = end > t->work ? end - t->work : 1u;
+        if (c > pos && (uint64_t)(c - pos) > room)
+            target = c - (uint32_t)room;
+        int deg = 0;
+        cut_at(t, node, slot, target, pos, &deg, &j->ds);
+        j->degraded |= deg;
+        if (target == pos || deg)
+            j->i++;
     }
-    if (not_found != NULL)
-        *not_found = missing;
-    if (degraded)
-        return KVR_ENOMEM;
-    return missing ? KVR_ENOBLOCK : KVR_OK;
+    tab_maybe_shrink(t, &t->ranks[slot].tab);
+    return 0;
 }
 
 /* ==== clear / remove rank / remove worker =================================================== */
 
-/* Drops slot from every node it covers, then settles those nodes; the table is emptied. */
-static void drop_slot(struct kvr_radix *t, uint32_t slot)
+/* Points j at the worker's first registered slot >= from; returns 0 if there is none. */
+static int next_worker_slot(const struct kvr_radix *t, struct job *j, uint32_t from)
 {
-    struct extab *tab = &t->ranks[slot].tab;
-    for (uint32_t i = 0; i < tab->cap; i++) {
-        if (tab->e[i].node == 0)
-            continue;
-        uint32_t pos;
-        struct rnode *n = radix_resolve_ro(t, &tab->e[i], &pos);
-        if (!n->live)
-            continue;
-        if (full_has(n, slot) || cut_get(n, slot) != 0) {
-            full_clear(n, slot);
-            cut_del(n, slot);
-            ovr_del_range(n, slot, 0, n->len);
+    for (uint32_t s = from; s < t->nslots; s++) {
+        if (t->ranks[s].in_use && t->ranks[s].worker_id == j->worker_id) {
+            j->slot = s;
+            j->cursor = 0;
+            return 1;
         }
     }
-    for (uint32_t i = 0; i < tab->cap; i++) {
-        if (tab->e[i].node == 0)
-            continue;
-        uint32_t pos;
-        struct rnode *n = radix_resolve_ro(t, &tab->e[i], &pos);
-        settle(t, n);
+    return 0;
+}
+
+/* Advances a rank-drop job until t->work reaches `end` (one unit per table slot visited, plus
+ * what settling costs): for each of the rank's entries, drops the rank from that node and
+ * settles it. The rank's table is not modified until the end (settling unlinks subtrees lazily
+ * and never deletes entries), so the cursor stays valid. A reader in between sees the rank
+ * partly dropped: some of its blocks gone, never more than before. Returns 1 while work remains. */
+static int drop_step(struct kvr_radix *t, uint64_t end)
+{
+    struct job *j = &t->job;
+    for (;;) {
+        struct extab *tab = &t->ranks[j->slot].tab;
+        while (j->cursor < tab->cap) {
+            if (t->work >= end)
+                return 1;
+            const struct tent *e = &tab->e[j->cursor++];
+            t->work++;
+            if (e->node == 0)
+                continue;
+            uint32_t pos;
+            struct rnode *n = kvr_radix_resolve_ro(t, e, &pos);
+            if (n->live == RNODE_FREE)
+                continue;
+            if (full_has(n, j->slot) || cut_get(n, j->slot) != 0) {
+                full_clear(n, j->slot);
+                cut_del(n, j->slot);
+                ovr_del_range(n, j->slot, 0, n->len);
+            }
+            settle(t, n);
+        }
+        tab_clear(t, tab);
+        uint32_t done = j->slot;
+        if (j->release)
+            rank_release(t, done);
+        if (!j->whole_worker || !next_worker_slot(t, j, done + 1u))
+            return 0;
     }
-    tab_clear(t, tab);
+}
+
+/* ==== bounded jobs =========================================================================== */
+
+int kvr_radix_busy(const kvr_radix_t *t)
+{
+    return t->job.kind != JOB_NONE || !drain_idle(t);
+}
+
+int kvr_radix_step(kvr_radix_t *t, uint64_t budget)
+{
+    uint64_t end = budget == 0 ? 1u : budget;
+    end = end > UINT64_MAX - t->work ? UINT64_MAX : t->work + end;
+    struct job *j = &t->job;
+    if (j->kind == JOB_REMOVE) {
+        if (remove_step(t, end))
+            return 1;
+        j->kind = JOB_NONE;
+        j->rc = j->degraded ? KVR_ENOMEM : (j->missing ? KVR_ENOBLOCK : KVR_OK);
+    } else if (j->kind == JOB_DROP) {
+        if (drop_step(t, end))
+            return 1;
+        j->kind = JOB_NONE;
+    }
+    return drain_step(t, end);
+}
+
+int kvr_radix_job_result(const kvr_radix_t *t, size_t *not_found)
+{
+    if (not_found != NULL)
+        *not_found = t->job.missing;
+    return t->job.rc;
+}
+
+uint64_t kvr_radix_work(const kvr_radix_t *t)
+{
+    return t->work;
+}
+
+/* Finishes any job and drain in progress (unbounded). */
+static void finish_pending(struct kvr_radix *t)
+{
+    if (kvr_radix_busy(t))
+        while (kvr_radix_step(t, UINT64_MAX))
+            ;
+}
+
+/* Starts a fresh job record (the previous job finished). */
+static struct job *job_reset(struct kvr_radix *t)
+{
+    finish_pending(t);
+    struct job *j = &t->job;
+    j->kind = JOB_NONE;
+    j->rc = KVR_OK;
+    j->hashes = NULL;
+    j->n = j->i = j->missing = 0;
+    j->degraded = 0;
+    j->ds.n = 0;
+    j->release = j->whole_worker = 0;
+    j->cursor = 0;
+    return j;
+}
+
+int kvr_radix_remove_begin(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank,
+                           const uint64_t *hashes, size_t n)
+{
+    if (t == NULL || (hashes == NULL && n > 0))
+        return KVR_EINVAL;
+    struct job *j = job_reset(t);
+    uint32_t slot;
+    if (!rank_find(t, worker_id, dp_rank, &slot)) {
+        j->missing = n;
+        j->rc = n ? KVR_ENOBLOCK : KVR_OK;
+        return KVR_OK;
+    }
+    j->kind = JOB_REMOVE;
+    j->slot = slot;
+    j->hashes = hashes;
+    j->n = n;
+    for (size_t i = 0; i < n && i < REMOVE_AHEAD; i++)
+        tab_prefetch(t, slot, hashes[i]);
+    return KVR_OK;
+}
+
+int kvr_radix_clear_begin(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank)
+{
+    if (t == NULL)
+        return KVR_EINVAL;
+    struct job *j = job_reset(t);
+    uint32_t slot;
+    if (!rank_find(t, worker_id, dp_rank, &slot)) {
+        /* A clear of an unknown rank registers it (it exists, with nothing). */
+        j->rc = rank_get(t, worker_id, dp_rank, &slot);
+        return KVR_OK;
+    }
+    j->kind = JOB_DROP;
+    j->slot = slot;
+    return KVR_OK;
+}
+
+int kvr_radix_remove_rank_begin(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank)
+{
+    if (t == NULL)
+        return KVR_EINVAL;
+    struct job *j = job_reset(t);
+    uint32_t slot;
+    if (!rank_find(t, worker_id, dp_rank, &slot)) {
+        j->rc = KVR_ENOTFOUND;
+        return KVR_OK;
+    }
+    j->kind = JOB_DROP;
+    j->slot = slot;
+    j->release = 1;
+    return KVR_OK;
+}
+
+int kvr_radix_remove_worker_begin(kvr_radix_t *t, uint64_t worker_id)
+{
+    if (t == NULL)
+        return KVR_EINVAL;
+    struct job *j = job_reset(t);
+    j->worker_id = worker_id;
+    if (!next_worker_slot(t, j, 0)) {
+        j->rc = KVR_ENOTFOUND;
+        return KVR_OK;
+    }
+    j->kind = JOB_DROP;
+    j->release = 1;
+    j->whole_worker = 1;
+    return KVR_OK;
+}
+
+/* Runs a started job to completion; returns its result. */
+static int job_run(struct kvr_radix *t, int begin_rc, size_t *not_found)
+{
+    if (begin_rc != KVR_OK)
+        return begin_rc;
+    finish_pending(t);
+    return kvr_radix_job_result(t, not_found);
+}
+
+int kvr_radix_remove(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank, const uint64_t *hashes,
+                     size_t n, size_t *not_found)
+{
+    return job_run(t, kvr_radix_remove_begin(t, worker_id, dp_rank, hashes, n), not_found);
 }
 
 int kvr_radix_clear_rank(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank)
 {
-    uint32_t slot;
-    if (t == NULL)
-        return KVR_EINVAL;
-    if (!rank_find(t, worker_id, dp_rank, &slot)) {
-        /* A clear of an unknown rank registers it (it exists, with nothing). */
-        return rank_get(t, worker_id, dp_rank, &slot);
-    }
-    drop_slot(t, slot);
-    return KVR_OK;
+    return job_run(t, kvr_radix_clear_begin(t, worker_id, dp_rank), NULL);
 }
 
 int kvr_radix_remove_rank(kvr_radix_t *t, uint64_t worker_id, uint32_t dp_rank)
 {
-    uint32_t slot;
-    if (t == NULL)
-        return KVR_EINVAL;
-    if (!rank_find(t, worker_id, dp_rank, &slot))
-        return KVR_ENOTFOUND;
-    drop_slot(t, slot);
-    rank_release(t, slot);
-    return KVR_OK;
+    return job_run(t, kvr_radix_remove_rank_begin(t, worker_id, dp_rank), NULL);
 }
 
 int kvr_radix_remove_worker(kvr_radix_t *t, uint64_t worker_id)
 {
-    int found = 0;
-    if (t == NULL)
-        return KVR_EINVAL;
-    for (uint32_t s = 0; s < t->nslots; s++) {
-        if (t->ranks[s].in_use && t->ranks[s].worker_id == worker_id) {
-            drop_slot(t, s);
-            rank_release(t, s);
-            found = 1;
-        }
-    }
-    return found ? KVR_OK : KVR_ENOTFOUND;
+    return job_run(t, kvr_radix_remove_worker_begin(t, worker_id), NULL);
 }
 
 int kvr_radix_apply(kvr_radix_t *t, const struct kvr_event *ev)
@@ -1436,7 +1680,7 @@ int kvr_radix_apply(kvr_radix_t *t, const struct kvr_event *ev)
 
 /* ==== find_matches ========================================================================== */
 
-#define STACK_WORDS 64u
+#define STACK_WORDS 64u /* active-set words on the stack: 4096 rank slots */
 
 struct emit {
     const struct kvr_radix *t;
@@ -1458,29 +1702,13 @@ static inline void emit(struct emit *em, uint32_t slot, uint32_t blocks)
     em->n++;
 }
 
-int kvr_radix_find_matches(const kvr_radix_t *t, const uint64_t *q, size_t n, unsigned flags,
-                           struct kvr_match *out, size_t cap, size_t *n_out)
+/* One walk of the query (index.md §5.7) from c, the root's child for q[0], for the rank slots of
+ * full-set words [w0, w0+words): active[] holds those words. Emits every scored rank of the
+ * window. */
+static inline __attribute__((always_inline)) void
+walk_window(const struct kvr_radix *t, const struct rnode *c, const uint64_t *q, size_t n,
+            int early, uint32_t w0, uint32_t words, uint64_t *active, struct emit *em)
 {
-    struct emit em = {.t = t, .out = out, .cap = cap, .n = 0};
-    uint64_t stack_words[STACK_WORDS];
-    uint64_t *active = stack_words;
-    *n_out = 0;
-    if (t == NULL || (q == NULL && n > 0))
-        return KVR_EINVAL;
-    if (n == 0)
-        return KVR_OK;
-    const struct rnode *c = radix_kid_find(t, t->root, q[0]);
-    if (c == NULL)
-        return KVR_OK;
-    uint32_t words = (t->nslots + 63u) / 64u;
-    if (words == 0)
-        words = 1;
-    if (words > STACK_WORDS) {
-        active = malloc(words * sizeof(uint64_t));
-        if (active == NULL)
-            return KVR_ENOMEM;
-    }
-    int early = (flags & KVR_MATCH_EARLY_EXIT) != 0;
     size_t pos = 0;
     uint32_t depth = 0;
     int first = 1;
@@ -1495,21 +1723,24 @@ int kvr_radix_find_matches(const kvr_radix_t *t, const uint64_t *q, size_t n, un
         any = 0;
         if (first) {
             for (uint32_t w = 0; w < words; w++) {
-                active[w] = full_word(c, w);
+                active[w] = full_word(c, w0 + w);
                 any |= active[w] != 0;
             }
-            for (uint32_t i = 0; i < c->ncut; i++)
-                emit(&em, c->cut[i].slot, c->cut[i].k < m ? c->cut[i].k : m);
+            for (uint32_t i = 0; i < c->ncut; i++) {
+                uint32_t cw = c->cut[i].slot / 64u;
+                if (cw >= w0 && cw < w0 + words)
+                    emit(em, c->cut[i].slot, c->cut[i].k < m ? c->cut[i].k : m);
+            }
             first = 0;
         } else {
             for (uint32_t w = 0; w < words; w++) {
-                uint64_t f = full_word(c, w);
+                uint64_t f = full_word(c, w0 + w);
                 uint64_t drop = active[w] & ~f;
                 while (drop) {
-                    uint32_t slot = w * 64u + (uint32_t)__builtin_ctzll(drop);
+                    uint32_t slot = (w0 + w) * 64u + (uint32_t)__builtin_ctzll(drop);
                     drop &= drop - 1u;
                     uint32_t k = c->ncut ? cut_get(c, slot) : 0;
-                    emit(&em, slot, depth + (k < m ? k : m));
+                    emit(em, slot, depth + (k < m ? k : m));
                 }
                 active[w] &= f;
                 any |= active[w] != 0;
@@ -1528,20 +1759,46 @@ int kvr_radix_find_matches(const kvr_radix_t *t, const uint64_t *q, size_t n, un
             if (pop == 1)
                 break;
         }
-        c = pos < n ? radix_kid_find(t, c, q[pos]) : NULL;
+        c = pos < n ? kvr_radix_kid_find(t, c, q[pos]) : NULL;
     }
     if (any) {
         for (uint32_t w = 0; w < words; w++) {
             uint64_t bits = active[w];
             while (bits) {
-                uint32_t slot = w * 64u + (uint32_t)__builtin_ctzll(bits);
+                uint32_t slot = (w0 + w) * 64u + (uint32_t)__builtin_ctzll(bits);
                 bits &= bits - 1u;
-                emit(&em, slot, depth);
+                emit(em, slot, depth);
             }
         }
     }
-    if (active != stack_words)
-        free(active);
+}
+
+int kvr_radix_find_matches(const kvr_radix_t *t, const uint64_t *q, size_t n, unsigned flags,
+                           struct kvr_match *out, size_t cap, size_t *n_out)
+{
+    struct emit em = {.t = t, .out = out, .cap = cap, .n = 0};
+    uint64_t active[STACK_WORDS];
+    *n_out = 0;
+    if (t == NULL || (q == NULL && n > 0))
+        return KVR_EINVAL;
+    if (n == 0)
+        return KVR_OK;
+    const struct rnode *c = kvr_radix_kid_find(t, t->root, q[0]);
+    if (c == NULL)
+        return KVR_OK;
+    uint32_t words = (t->nslots + 63u) / 64u;
+    if (words == 0)
+        words = 1;
+    if (words <= STACK_WORDS) {
+        walk_window(t, c, q, n, (flags & KVR_MATCH_EARLY_EXIT) != 0, 0, words, active, &em);
+    } else {
+        /* More than 4096 rank slots: one walk per window of 4096 slots, never allocating.
+         * early_exit needs the whole active set, so it is ignored here (exact scores). */
+        for (uint32_t w0 = 0; w0 < words; w0 += STACK_WORDS) {
+            uint32_t nw = words - w0 < STACK_WORDS ? words - w0 : STACK_WORDS;
+            walk_window(t, c, q, n, 0, w0, nw, active, &em);
+        }
+    }
     *n_out = em.n;
     return em.n > cap ? KVR_ERANGE : KVR_OK;
 }
@@ -1557,6 +1814,7 @@ int kvr_radix_new(kvr_radix_t **out)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t->seed = mix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32), (uint64_t)(uintptr_t)t) | 1u;
+    atomic_init(&t->dumps_active, 0u);
     t->root = node_alloc(t);
     if (t->root == NULL) {
         kvr_free(&t->alloc, t->chunks ? t->chunks[0] : NULL);

@@ -24,9 +24,9 @@ static int check_node(const struct kvr_radix *t, const struct rnode *n, uint64_t
     if (n->len == 0 || n->cap < n->len)
         return fail(msg, len, "node %u: len %u cap %u", n->id, n->len, n->cap);
     const struct rnode *p = n->parent;
-    if (p == NULL || !p->live)
+    if (p == NULL || p->live != RNODE_LIVE)
         return fail(msg, len, "node %u: dead or missing parent", n->id);
-    if (radix_kid_find(t, p, n->loc[0]) != n)
+    if (kvr_radix_kid_find(t, p, n->loc[0]) != n)
         return fail(msg, len, "node %u: not found among its parent's children", n->id);
     if (n->depth != p->depth + p->len)
         return fail(msg, len, "node %u: depth %u, parent ends at %u", n->id, n->depth,
@@ -37,7 +37,7 @@ static int check_node(const struct kvr_radix *t, const struct rnode *n, uint64_t
         return fail(msg, len, "node %u: dead leaf still linked", n->id);
     if (n->nkids > 0 && !n->internal)
         return fail(msg, len, "node %u: has children but is not internal", n->id);
-    if (n->split_next != NULL && (n->split_next->parent != n || !n->split_next->live))
+    if (n->split_next != NULL && (n->split_next->parent != n || n->split_next->live != RNODE_LIVE))
         return fail(msg, len, "node %u: split_next is not a live child", n->id);
     for (uint32_t w = 0; w <= n->nfullx; w++) {
         uint64_t bits = full_word(n, w);
@@ -77,7 +77,7 @@ static int check_node(const struct kvr_radix *t, const struct rnode *n, uint64_t
         if (c == NULL)
             continue;
         seen++;
-        if (c->parent != n || !c->live)
+        if (c->parent != n || c->live != RNODE_LIVE)
             return fail(msg, len, "node %u: child %u has another parent", n->id, c->id);
         if (n->kids[i].local != c->loc[0])
             return fail(msg, len, "node %u: child %u keyed wrongly", n->id, c->id);
@@ -87,6 +87,10 @@ static int check_node(const struct kvr_radix *t, const struct rnode *n, uint64_t
 
 int kvr_radix_check(const kvr_radix_t *t, char *msg, size_t len)
 {
+    if (kvr_radix_busy(t)) {
+        (void)fail(msg, len, "a job or deferred frees are in progress");
+        return KVR_EBUSY;
+    }
     uint64_t *cover_sum = calloc(t->nslots + 1u, sizeof(uint64_t));
     if (cover_sum == NULL)
         return KVR_ENOMEM;
@@ -94,8 +98,12 @@ int kvr_radix_check(const kvr_radix_t *t, char *msg, size_t len)
     size_t nodes = 0, blocks = 0;
     for (uint32_t id = 1; id < t->next_fresh && rc == KVR_OK; id++) {
         const struct rnode *n = rnode_get(t, id);
-        if (!n->live)
+        if (n->live == RNODE_FREE)
             continue;
+        if (n->live != RNODE_LIVE) {
+            rc = fail(msg, len, "node %u: detached outside a drain", n->id);
+            break;
+        }
         nodes++;
         blocks += n->len;
         rc = check_node(t, n, cover_sum, msg, len);
@@ -164,12 +172,12 @@ int kvr_radix_check(const kvr_radix_t *t, char *msg, size_t len)
                 break;
             }
             uint32_t pos;
-            const struct rnode *n = radix_resolve_ro(t, e, &pos);
-            if (!n->live || n == t->root)
+            const struct rnode *n = kvr_radix_resolve_ro(t, e, &pos);
+            if (n->live != RNODE_LIVE || n == t->root)
                 rc = fail(msg, len, "slot %u: entry resolves to a dead node", s);
             else if (pos >= cover_of(n, s))
                 rc = fail(msg, len, "slot %u: entry at uncovered pos %u of node %u", s, pos, n->id);
-            else if (radix_tab_find(t, s, radix_ext_of(n, s, pos)) != e)
+            else if (kvr_radix_tab_find(t, s, kvr_radix_ext_of(n, s, pos)) != e)
                 rc = fail(msg, len, "slot %u: entry for node %u pos %u unreachable by probing", s,
                           n->id, pos);
         }

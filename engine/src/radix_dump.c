@@ -6,8 +6,15 @@
  * (parent_ranks filter), and each rank's event carries its OWN external hashes, so a replay
  * keeps the rank's later removals working.
  *
- * Both functions are read-only on the tree and allocate with plain malloc (never through the
- * tree's allocator, which belongs to the writer).
+ * Incremental dumps (kvr_radix_dump_begin/step/end) run this same breadth-first walk in steps
+ * under the caller's read lock and keep only the queue between steps: node pointers (checked
+ * before use: still live and still attached under the root; node structs are not reused while a
+ * dump is registered in t->dumps_active, see radix.c "node arena") and, per queued child, the
+ * parent chain's credited ranks by (slot, worker, dp_rank) with their external hash of the
+ * parent block, so a slot reused by another rank meanwhile is not credited.
+ *
+ * Everything here is read-only on the tree (except the dumps_active counter) and allocates with
+ * plain malloc (never through the tree's allocator, which belongs to the writer).
  */
 #include "radix_int.h"
 
@@ -21,7 +28,8 @@
 
 struct parent_ext {
     uint32_t slot;
-    uint32_t pad_;
+    uint32_t dp_rank; /* the rank's identity when the parent was emitted */
+    uint64_t worker_id;
     uint64_t ext;
 };
 
@@ -79,7 +87,7 @@ static size_t live_children(const struct rnode *n, struct rnode ***out)
     struct rnode **all = malloc(n->nkids * sizeof(*all));
     if (all == NULL)
         return (size_t)-1;
-    radix_kids_list(n, all);
+    kvr_radix_kids_list(n, all);
     size_t k = 0;
     for (uint32_t i = 0; i < n->nkids; i++)
         if (live_node(all[i]))
@@ -112,7 +120,9 @@ static struct rnode *merge_next(const struct rnode *n)
     return next;
 }
 
-static const struct parent_ext *ph_find(const struct qitem *it, uint32_t slot)
+/* The parent entry of slot, if the parent chain credited the rank that holds the slot now. */
+static const struct parent_ext *ph_find(const struct kvr_radix *t, const struct qitem *it,
+                                        uint32_t slot)
 {
     uint32_t lo = 0, hi = it->nph;
     while (lo < hi) {
@@ -122,24 +132,30 @@ static const struct parent_ext *ph_find(const struct qitem *it, uint32_t slot)
         else
             hi = mid;
     }
-    return (lo < it->nph && it->ph[lo].slot == slot) ? &it->ph[lo] : NULL;
+    if (lo == it->nph || it->ph[lo].slot != slot)
+        return NULL;
+    const struct rank *r = &t->ranks[slot];
+    if (r->worker_id != it->ph[lo].worker_id || r->dp_rank != it->ph[lo].dp_rank)
+        return NULL;
+    return &it->ph[lo];
 }
 
 /* Emits one stored event for slot over the first `count` positions of the chain. */
 static int emit_event(const struct kvr_radix *t, struct kvr_event_list *out, uint64_t *event_id,
                       uint32_t slot, const struct qitem *it, struct rnode *const *chain,
-                      size_t nchain, uint32_t count)
+                      size_t nchain, uint32_t count, size_t *emitted)
 {
     struct kvr_event *ev;
     if (kvr_event_list_emplace(out, KVR_EVENT_STORED, count, &ev) != KVR_OK)
         return KVR_ENOMEM;
+    *emitted += count;
     const struct rank *r = &t->ranks[slot];
     ev->worker_id = r->worker_id;
     ev->dp_rank = r->dp_rank;
     ev->event_id = (*event_id)++;
     ev->tier = KVR_TIER_DEVICE;
     if (!it->all_ranks) {
-        const struct parent_ext *p = ph_find(it, slot);
+        const struct parent_ext *p = ph_find(t, it, slot);
         ev->has_parent = 1;
         ev->parent_hash = p ? p->ext : 0;
     }
@@ -148,15 +164,15 @@ static int emit_event(const struct kvr_radix *t, struct kvr_event_list *out, uin
         const struct rnode *n = chain[c];
         for (uint32_t pos = 0; pos < n->len && k < count; pos++, k++) {
             ev->blocks[k].tokens_hash = n->loc[pos];
-            ev->blocks[k].block_hash = radix_ext_of(n, slot, pos);
+            ev->blocks[k].block_hash = kvr_radix_ext_of(n, slot, pos);
         }
     }
     return KVR_OK;
 }
 
-static int in_parent_ranks(const struct qitem *it, uint32_t slot)
+static int in_parent_ranks(const struct kvr_radix *t, const struct qitem *it, uint32_t slot)
 {
-    return it->all_ranks || ph_find(it, slot) != NULL;
+    return it->all_ranks || ph_find(t, it, slot) != NULL;
 }
 
 static int cmp_cut_slot(const void *a, const void *b)
@@ -168,7 +184,7 @@ static int cmp_cut_slot(const void *a, const void *b)
 /* Processes one queue item: emits its chain and queues the children. */
 static int dump_item(const struct kvr_radix *t, struct kvr_event_list *out, uint64_t *event_id,
                      struct queue *q, const struct qitem *it, struct rnode ***chain_buf,
-                     size_t *chain_cap)
+                     size_t *chain_cap, size_t *emitted)
 {
     size_t nchain = 0;
     uint32_t total = 0;
@@ -203,17 +219,19 @@ static int dump_item(const struct kvr_radix *t, struct kvr_event_list *out, uint
         while (bits) {
             uint32_t slot = w * 64u + (uint32_t)__builtin_ctzll(bits);
             bits &= bits - 1u;
-            if (!t->ranks[slot].in_use || !in_parent_ranks(it, slot))
+            if (!t->ranks[slot].in_use || !in_parent_ranks(t, it, slot))
                 continue;
-            if (emit_event(t, out, event_id, slot, it, *chain_buf, nchain, total) != KVR_OK)
+            if (emit_event(t, out, event_id, slot, it, *chain_buf, nchain, total, emitted) !=
+                KVR_OK)
                 goto nomem;
             struct parent_ext *s = realloc(sent, (nsent + 1u) * sizeof(*s));
             if (s == NULL)
                 goto nomem;
             sent = s;
             sent[nsent].slot = slot;
-            sent[nsent].pad_ = 0;
-            sent[nsent].ext = radix_ext_of(last, slot, last->len - 1u);
+            sent[nsent].dp_rank = t->ranks[slot].dp_rank;
+            sent[nsent].worker_id = t->ranks[slot].worker_id;
+            sent[nsent].ext = kvr_radix_ext_of(last, slot, last->len - 1u);
             nsent++;
         }
     }
@@ -225,10 +243,10 @@ static int dump_item(const struct kvr_radix *t, struct kvr_event_list *out, uint
         memcpy(cuts, last->cut, last->ncut * sizeof(*cuts));
         qsort(cuts, last->ncut, sizeof(*cuts), cmp_cut_slot);
         for (uint32_t i = 0; i < last->ncut; i++) {
-            if (!t->ranks[cuts[i].slot].in_use || !in_parent_ranks(it, cuts[i].slot))
+            if (!t->ranks[cuts[i].slot].in_use || !in_parent_ranks(t, it, cuts[i].slot))
                 continue;
-            if (emit_event(t, out, event_id, cuts[i].slot, it, *chain_buf, nchain, cuts[i].k) !=
-                KVR_OK) {
+            if (emit_event(t, out, event_id, cuts[i].slot, it, *chain_buf, nchain, cuts[i].k,
+                           emitted) != KVR_OK) {
                 free(cuts);
                 goto nomem;
             }
@@ -265,29 +283,98 @@ nomem:
     return KVR_ENOMEM;
 }
 
-int kvr_radix_dump(const kvr_radix_t *t, struct kvr_event_list *out)
+struct kvr_radix_dump {
+    struct queue q;
+    struct rnode **chain; /* scratch for one chain */
+    size_t chain_cap;
+    uint64_t event_id;
+    int registered; /* counted in t->dumps_active */
+};
+
+/* Whether a queued node can still be used: live and attached under the root (a subtree
+ * unlinked since keeps LIVE nodes below its DETACHED or FREE top until it is drained). */
+static int usable(const struct kvr_radix *t, const struct rnode *n)
 {
-    struct queue q = {0};
-    struct rnode **chain = NULL;
-    size_t chain_cap = 0;
-    uint64_t event_id = 0;
-    int rc = KVR_OK;
+    for (const struct rnode *x = n; x != t->root; x = x->parent)
+        if (x->live != RNODE_LIVE)
+            return 0;
+    return 1;
+}
+
+static int dump_open(const struct kvr_radix *t, struct kvr_radix_dump *d)
+{
     struct rnode **roots;
     size_t k = live_children(t->root, &roots);
+    int rc = KVR_OK;
     if (k == (size_t)-1)
         return KVR_ENOMEM;
     for (size_t i = 0; i < k && rc == KVR_OK; i++)
-        rc = queue_push(&q, (struct qitem){.start = roots[i], .all_ranks = 1});
+        rc = queue_push(&d->q, (struct qitem){.start = roots[i], .all_ranks = 1});
     free(roots);
-    while (rc == KVR_OK && q.head < q.tail) {
-        struct qitem it = q.q[q.head++];
-        rc = dump_item(t, out, &event_id, &q, &it, &chain, &chain_cap);
+    return rc;
+}
+
+static int dump_run(const struct kvr_radix *t, struct kvr_radix_dump *d, struct kvr_event_list *out,
+                    size_t budget, int *done)
+{
+    size_t emitted = 0;
+    int rc = KVR_OK;
+    while (rc == KVR_OK && d->q.head < d->q.tail && emitted < budget) {
+        struct qitem it = d->q.q[d->q.head++];
+        if (usable(t, it.start))
+            rc = dump_item(t, out, &d->event_id, &d->q, &it, &d->chain, &d->chain_cap, &emitted);
         free(it.ph);
     }
-    while (q.head < q.tail)
-        free(q.q[q.head++].ph);
-    free(q.q);
-    free(chain);
+    *done = d->q.head == d->q.tail;
+    return rc;
+}
+
+static void dump_close(struct kvr_radix_dump *d)
+{
+    while (d->q.head < d->q.tail)
+        free(d->q.q[d->q.head++].ph);
+    free(d->q.q);
+    free(d->chain);
+}
+
+int kvr_radix_dump_begin(kvr_radix_t *t, kvr_radix_dump_t **out)
+{
+    struct kvr_radix_dump *d = calloc(1, sizeof(*d));
+    *out = NULL;
+    if (d == NULL)
+        return KVR_ENOMEM;
+    atomic_fetch_add_explicit(&t->dumps_active, 1u, memory_order_acq_rel);
+    d->registered = 1;
+    *out = d;
+    return dump_open(t, d);
+}
+
+int kvr_radix_dump_step(const kvr_radix_t *t, kvr_radix_dump_t *d, struct kvr_event_list *out,
+                        size_t budget, int *done)
+{
+    return dump_run(t, d, out, budget, done);
+}
+
+void kvr_radix_dump_end(kvr_radix_t *t, kvr_radix_dump_t *d)
+{
+    if (d == NULL)
+        return;
+    dump_close(d);
+    if (d->registered)
+        atomic_fetch_sub_explicit(&t->dumps_active, 1u, memory_order_acq_rel);
+    free(d);
+}
+
+int kvr_radix_dump(const kvr_radix_t *t, struct kvr_event_list *out)
+{
+    /* One go under one lock hold: nothing can change in between, so no registration. */
+    struct kvr_radix_dump d;
+    int done = 0;
+    memset(&d, 0, sizeof(d));
+    int rc = dump_open(t, &d);
+    if (rc == KVR_OK)
+        rc = dump_run(t, &d, out, SIZE_MAX, &done);
+    dump_close(&d);
     return rc;
 }
 
@@ -378,7 +465,7 @@ static void shape_kids(const struct kvr_radix *t, const struct rnode *n, struct 
     struct rnode **kids = malloc((n->nkids ? n->nkids : 1u) * sizeof(*kids));
     if (kids == NULL)
         return;
-    radix_kids_list(n, kids);
+    kvr_radix_kids_list(n, kids);
     qsort(kids, n->nkids, sizeof(*kids), cmp_first_local);
     for (uint32_t i = 0; i < n->nkids; i++) {
         if (i > 0)

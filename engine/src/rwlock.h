@@ -9,8 +9,15 @@
  *
  *   state: bit 31 = a writer holds the lock; bits 0..30 = number of readers holding it
  *   writer_waiting: > 0 while a writer wants the lock; new readers then wait (writer preference)
- *   readers_waiting: readers spinning for the lock; a writer that just released a bounded hold
- *                    lets them in before taking the lock again
+ *   gen, waiting[2]: readers that had to wait count themselves in waiting[gen & 1]. A writer that
+ *                    releases a bounded hold closes the generation (gen++) and lets in the
+ *                    readers of the closed one: it spins until waiting[old & 1] drops to 0, at
+ *                    most KVR_RW_LETIN_SPINS times and without yielding. Readers that start
+ *                    waiting after the release count in the other slot and do not extend the
+ *                    wait; a waiting reader that is descheduled cannot hold the writer for more
+ *                    than the spin bound (an earlier design waited, yielding, for *any* waiting
+ *                    reader: with more runnable threads than cores each yield could give a
+ *                    reader a whole time slice, and a writer took 60x longer with 2 readers).
  *
  * Writers are serialised among themselves by `wmutex` (a pthread mutex: writers are rare and may
  * sleep), so at most one writer competes with the readers.
@@ -24,12 +31,14 @@
 #include <stdint.h>
 
 #define KVR_RW_WRITER 0x80000000u
-#define KVR_RW_SPINS 256
+#define KVR_RW_SPINS 256        /* pauses before a waiter starts yielding */
+#define KVR_RW_LETIN_SPINS 256u /* bound of a releasing writer's wait for the readers */
 
 struct kvr_rwlock {
     atomic_uint state;
     atomic_uint writer_waiting;
-    atomic_uint readers_waiting;
+    atomic_uint gen;        /* release generation */
+    atomic_uint waiting[2]; /* readers waiting, by generation parity */
     pthread_mutex_t wmutex;
 };
 
@@ -57,7 +66,9 @@ static inline int kvr_rwlock_init(struct kvr_rwlock *l)
 {
     atomic_init(&l->state, 0);
     atomic_init(&l->writer_waiting, 0);
-    atomic_init(&l->readers_waiting, 0);
+    atomic_init(&l->gen, 0);
+    atomic_init(&l->waiting[0], 0);
+    atomic_init(&l->waiting[1], 0);
     return pthread_mutex_init(&l->wmutex, NULL) == 0 ? 0 : -1;
 }
 
@@ -81,10 +92,11 @@ static inline void kvr_rwlock_rdlock(struct kvr_rwlock *l)
     if (kvr_rwlock_try_rd(l))
         return;
     int spins = 0;
-    atomic_fetch_add_explicit(&l->readers_waiting, 1, memory_order_relaxed);
+    unsigned g = atomic_load_explicit(&l->gen, memory_order_relaxed) & 1u;
+    atomic_fetch_add_explicit(&l->waiting[g], 1, memory_order_relaxed);
     while (!kvr_rwlock_try_rd(l))
         kvr_backoff(&spins);
-    atomic_fetch_sub_explicit(&l->readers_waiting, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&l->waiting[g], 1, memory_order_relaxed);
 }
 
 static inline void kvr_rwlock_rdunlock(struct kvr_rwlock *l)
@@ -107,15 +119,16 @@ static inline void kvr_rwlock_acquire_w(struct kvr_rwlock *l)
     atomic_fetch_sub_explicit(&l->writer_waiting, 1, memory_order_relaxed);
 }
 
-/* Lets readers already waiting take the lock first (bounded), so a writer applying many small
- * events back to back cannot keep them out. */
+/* Lets the readers that are waiting now take the lock first, so a writer applying many bounded
+ * holds back to back cannot keep them out; the lock must be free. Bounded: at most
+ * KVR_RW_LETIN_SPINS pauses, no yield (see the header comment). */
 static inline void kvr_rwlock_let_readers_in(struct kvr_rwlock *l)
 {
-    int spins = 0;
-    for (int i = 0; i < 4 * KVR_RW_SPINS &&
-                    atomic_load_explicit(&l->readers_waiting, memory_order_relaxed) != 0;
+    unsigned g = atomic_fetch_add_explicit(&l->gen, 1u, memory_order_relaxed) & 1u;
+    for (unsigned i = 0;
+         i < KVR_RW_LETIN_SPINS && atomic_load_explicit(&l->waiting[g], memory_order_relaxed) != 0;
          i++)
-        kvr_backoff(&spins);
+        kvr_cpu_relax();
 }
 
 static inline void kvr_rwlock_wrlock(struct kvr_rwlock *l)

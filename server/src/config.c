@@ -543,6 +543,28 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
         m->index_kind = k;
         return 0;
     }
+    if (strcmp(key, "ckf_keys") == 0) {
+        if (v != NULL && strcmp(v, "translate") == 0) {
+            m->ckf_keys = SRV_CKF_KEYS_TRANSLATE;
+        } else if (v != NULL && strcmp(v, "engine") == 0) {
+            m->ckf_keys = SRV_CKF_KEYS_ENGINE;
+        } else {
+            errf(err, err_len, "%s.ckf_keys: expected translate or engine, got '%s'", who,
+                 v ? v : "");
+            return -1;
+        }
+        return 0;
+    }
+    if (strcmp(key, "ckf_expected") == 0) {
+        if (parse_u64_str(v, &u) != 0 || u < 1 || u > (1ull << 40)) {
+            errf(err, err_len,
+                 "%s.ckf_expected: expected blocks per rank, an integer in 1..2^40, got '%s'", who,
+                 v ? v : "");
+            return -1;
+        }
+        m->ckf_expected = u;
+        return 0;
+    }
     if (strcmp(key, "kind") == 0) {
         int k = v ? srv_kind_parse(v) : -1;
         if (k < 0) {
@@ -628,8 +650,9 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
         return 0;
     }
     errf(err, err_len,
-         "%s: unknown key '%s' (known: name, tenant, block_size, kind, index, tokenizer, "
-         "byte_chunk, policy, topic, ttl, max_blocks, prune_ratio, overlap_weight, temperature)",
+         "%s: unknown key '%s' (known: name, tenant, block_size, kind, index, ckf_keys, "
+         "ckf_expected, tokenizer, byte_chunk, policy, topic, ttl, max_blocks, prune_ratio, "
+         "overlap_weight, temperature)",
          who, key);
     return -1;
 bad_name:
@@ -1365,7 +1388,8 @@ void srv_config_usage(FILE *out)
             "  --config FILE          Lua config file returning a table (see docs/SERVER.md)\n"
             "  --model SPEC           add a model (repeatable; Lua: models = {...}):\n"
             "                         NAME[:TENANT][,block_size=N][,kind=events|approx]\n"
-            "                         [,index=radix|ckf|both]\n"
+            "                         [,index=radix|ckf|both][,ckf_keys=translate|engine]\n"
+            "                         [,ckf_expected=BLOCKS_PER_RANK]\n"
             "                         [,tokenizer=auto|worker|bytes|none][,policy=FILE|NAME]\n"
             "                         "
             "[,byte_chunk=N][,topic=T][,ttl=DUR][,max_blocks=N][,prune_ratio=R]\n"

@@ -49,6 +49,17 @@ enum srv_model_kind {
     SRV_KIND_APPROX = 1, /* approximate: the router records its own decisions with a TTL */
 };
 
+/* What the CKF index (index=ckf|both) keys on (docs/SERVER.md, docs/CKF.md):
+ *   TRANSLATE: the router recomputes each stored block's Dynamo sequence hash from its parent and
+ *              tokens (engine hash -> canonical map per rank); works with any engine's hashes;
+ *   ENGINE:    the event's block_hash IS the Dynamo sequence hash (Dynamo-hashing engines, the
+ *              mock worker); half the exact-side memory, but vLLM/SGLang hashes then match
+ *              nothing. */
+enum srv_ckf_keys {
+    SRV_CKF_KEYS_TRANSLATE = 0,
+    SRV_CKF_KEYS_ENGINE = 1,
+};
+
 enum srv_tokenizer {
     SRV_TOK_AUTO = 0,   /* events models: the worker's /tokenize; approx models: bytes */
     SRV_TOK_WORKER = 1, /* POST {worker url}/tokenize */
@@ -62,6 +73,8 @@ struct srv_model_cfg {
     uint32_t block_size;        /* tokens per block, 2..65536 */
     int kind;                   /* enum srv_model_kind */
     int index_kind;             /* enum kvr_index_kind: radix (default), ckf, both */
+    int ckf_keys;               /* CKF/both: SRV_CKF_KEYS_TRANSLATE (default) or _ENGINE */
+    uint64_t ckf_expected;      /* CKF/both: blocks per rank sizing the filter (0 = 16384) */
     int tokenizer;              /* enum srv_tokenizer */
     uint32_t byte_chunk;        /* bytes tokenizer: bytes per pseudo-token (1..4; default 4) */
     char *policy;               /* policy name or file for this model (owned), or NULL = default */

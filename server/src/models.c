@@ -133,7 +133,18 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
         goto fail;
     if (mc->kv_topic != NULL && (m->kv_topic = strdup(mc->kv_topic)) == NULL)
         goto fail;
-    struct kvr_index_config ic = {.kind = m->index_kind};
+    /* The CKF keys on Dynamo sequence hashes. Events carry the engine's own block hashes
+     * (vLLM/SGLang: opaque), so by default the CKF translates: each stored block's sequence
+     * hash is recomputed from its parent's and its tokens' local hash, which is what queries
+     * chain (ckf_keys=engine trusts block_hash to be that hash already). */
+    struct kvr_ckf_index_config cc;
+    kvr_ckf_index_config_init(&cc);
+    cc.translate = mc->ckf_keys != SRV_CKF_KEYS_ENGINE;
+    if (mc->ckf_expected != 0)
+        cc.expected_blocks_per_rank = mc->ckf_expected;
+    m->ckf_keys = mc->ckf_keys;
+    m->ckf_expected = cc.expected_blocks_per_rank;
+    struct kvr_index_config ic = {.kind = m->index_kind, .ckf = &cc};
     if ((rc = kvr_index_new(&ic, &m->index)) != KVR_OK)
         goto fail;
     struct kvr_load_config lc = {.block_size = m->block_size};
@@ -187,9 +198,14 @@ int srv_models_get_or_create(struct srv_models *ms, const struct srv_model_cfg *
             atomic_store_explicit(&ms->n, n + 1, memory_order_release);
             if (created != NULL)
                 *created = 1;
-            srv_logf(ms->log, SRV_LOG_INFO, "models", "model %s: block size %u, %s %s index",
+            char ckf[96] = "";
+            if (m->index_kind != KVR_INDEX_RADIX)
+                snprintf(ckf, sizeof(ckf), " (CKF: %s keys, %llu blocks per rank expected)",
+                         m->ckf_keys == SRV_CKF_KEYS_ENGINE ? "engine" : "translated",
+                         (unsigned long long)m->ckf_expected);
+            srv_logf(ms->log, SRV_LOG_INFO, "models", "model %s: block size %u, %s %s index%s",
                      m->key, m->block_size, srv_kind_name(m->kind),
-                     srv_index_kind_name(m->index_kind));
+                     srv_index_kind_name(m->index_kind), ckf);
         } else {
             snprintf(err, err_len, "cannot create model: %s", kvr_strerror(rc));
         }

@@ -42,15 +42,17 @@ struct srv_model;
 typedef void (*srv_events_fn)(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n);
 
 struct srv_model {
-    uint32_t slot;       /* index in the registry */
-    uint32_t block_size; /* tokens per block */
-    char name[128];      /* model name */
-    char tenant[64];     /* tenant */
-    char key[200];       /* "name:tenant" */
-    int kind;            /* enum srv_model_kind */
-    int index_kind;      /* enum kvr_index_kind */
-    int tokenizer;       /* enum srv_tokenizer (resolved: never AUTO) */
-    uint32_t byte_chunk; /* bytes tokenizer: bytes per pseudo-token */
+    uint32_t slot;         /* index in the registry */
+    uint32_t block_size;   /* tokens per block */
+    char name[128];        /* model name */
+    char tenant[64];       /* tenant */
+    char key[200];         /* "name:tenant" */
+    int kind;              /* enum srv_model_kind */
+    int index_kind;        /* enum kvr_index_kind */
+    int ckf_keys;          /* enum srv_ckf_keys (CKF/both) */
+    uint64_t ckf_expected; /* CKF/both: blocks per rank sizing the filter */
+    int tokenizer;         /* enum srv_tokenizer (resolved: never AUTO) */
+    uint32_t byte_chunk;   /* bytes tokenizer: bytes per pseudo-token */
     uint32_t pad_;
     char *policy;            /* policy name/file (owned) or NULL = server default */
     char *kv_topic;          /* ZMQ topic prefix of its workers' KV events (owned) or NULL = all */

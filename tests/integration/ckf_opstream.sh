@@ -15,9 +15,11 @@ fi
 ops=$build/data/conv.ops.jsonl
 if [ ! -s "$ops" ]; then
   mkdir -p "$build/data"
+  # a temp name of our own: opstream_gen_conv writes $ops.tmp (CTest orders the two through
+  # the "conv" fixture where both exist)
   "$py" "$src/tools/kvtrace.py" gen \
-    --trace "$src/data/traces/mooncake_fast25_conversation_trace.jsonl.gz" > "$ops.tmp"
-  mv "$ops.tmp" "$ops"
+    --trace "$src/data/traces/mooncake_fast25_conversation_trace.jsonl.gz" > "$ops.tmp.$$"
+  mv "$ops.tmp.$$" "$ops"
 fi
 "$build/bin/kvr-ckf-bench" replay "$ops" --expected 16384 --check
 "$build/bin/kvr-ckf-bench" replay "$ops" --expected 16384 --translate --check

@@ -282,6 +282,7 @@ void ref_bounds(const struct ref_model *m, uint64_t w, uint32_t dp, const uint64
 
 #define MAX_DOCS 48
 #define ALPHABET 12
+/* GEN_MAX_DOC_LEN (refmodel.h) caps every document, so fixed per-document buffers suffice. */
 
 struct doc {
     uint64_t *loc;
@@ -349,6 +350,8 @@ static void new_doc(struct gen *g)
     size_t len = 2 + rnd(g, 6);
     if (g->ndocs % 4 == 3)
         len *= 4;
+    if (len > GEN_MAX_DOC_LEN - d->n)
+        len = GEN_MAX_DOC_LEN - d->n; /* a copied prefix may already be near the cap */
     for (size_t i = 0; i < len; i++)
         doc_push(d, 1 + rnd(g, ALPHABET));
     g->ndocs++;
@@ -359,17 +362,27 @@ static uint64_t chain_step(uint64_t prev, uint64_t local)
     return hmix(prev * 0x100000001B3ull ^ hmix(local + 0x51ED27));
 }
 
-void gen_exts(const struct gen *g, const struct gen_rank *r, size_t d, uint64_t *out)
+void gen_exts_of(const struct gen *g, const struct gen_rank *r, const uint64_t *loc, size_t n,
+                 uint64_t *out)
 {
-    const struct doc *doc = &g->docs[d];
     uint64_t h = 0x1337;
-    for (size_t i = 0; i < doc->n; i++) {
-        h = chain_step(h, doc->loc[i]);
+    for (size_t i = 0; i < n; i++) {
+        h = chain_step(h, loc[i]);
         uint64_t e = g->uniform ? h : hmix(h ^ r->salt);
         if (e == UINT64_MAX)
             e = 1;
         out[i] = e;
     }
+}
+
+void gen_exts(const struct gen *g, const struct gen_rank *r, size_t d, uint64_t *out)
+{
+    gen_exts_of(g, r, g->docs[d].loc, g->docs[d].n, out);
+}
+
+uint64_t gen_alphabet(void)
+{
+    return ALPHABET;
 }
 
 static void add_rank(struct gen *g, uint64_t w, uint32_t dp)
@@ -463,7 +476,7 @@ static size_t pick_active(struct gen *g)
 static void make_store(struct gen *g, struct gen_op *op, size_t ri, size_t d, size_t s, size_t e)
 {
     const struct gen_rank *r = &g->ranks[ri];
-    uint64_t exts[512];
+    uint64_t exts[GEN_MAX_DOC_LEN];
     gen_exts(g, r, d, exts);
     ensure_buf(g, e - s);
     for (size_t i = s; i < e; i++) {
@@ -489,10 +502,10 @@ static void make_store(struct gen *g, struct gen_op *op, size_t ri, size_t d, si
 static void make_remove(struct gen *g, struct gen_op *op, size_t ri)
 {
     const struct gen_rank *r = &g->ranks[ri];
-    uint64_t exts[512], exts2[512];
+    uint64_t exts[GEN_MAX_DOC_LEN], exts2[GEN_MAX_DOC_LEN];
     size_t d = rnd(g, g->ndocs), n = g->docs[d].n, k = 0;
     gen_exts(g, r, d, exts);
-    ensure_buf(g, 1100);
+    ensure_buf(g, 2 * GEN_MAX_DOC_LEN);
     size_t style = rnd(g, 4);
     if (style == 0) { /* tail run */
         size_t from = rnd(g, n);
@@ -545,7 +558,7 @@ static void make_remove(struct gen *g, struct gen_op *op, size_t ri)
 /* Length of the rank's held prefix of doc d (per the model). */
 static size_t held_prefix(struct gen *g, size_t ri, size_t d, size_t *reach)
 {
-    uint64_t exts[512];
+    uint64_t exts[GEN_MAX_DOC_LEN];
     size_t held;
     gen_exts(g, &g->ranks[ri], d, exts);
     ref_bounds(g->m, g->ranks[ri].worker_id, g->ranks[ri].dp_rank, exts, g->docs[d].n, &held,
@@ -580,7 +593,7 @@ void gen_next(struct gen *g, struct gen_op *op)
     } else if (x < 52) {
         /* Decode extension: a document grows by 1-2 blocks and the rank stores the tail. */
         size_t d = rnd(g, g->ndocs);
-        if (g->docs[d].n < 400) {
+        if (g->docs[d].n < 400) { /* stays under GEN_MAX_DOC_LEN */
             size_t add = 1 + rnd(g, 2);
             for (size_t i = 0; i < add; i++)
                 doc_push(&g->docs[d], 1 + rnd(g, ALPHABET));

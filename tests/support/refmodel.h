@@ -69,6 +69,9 @@ struct ref_model *gen_model(struct gen *g);
 /* Produces the next operation, already applied to the model. */
 void gen_next(struct gen *g, struct gen_op *op);
 
+/* Documents never exceed this many blocks (size fixed buffers with it). */
+#define GEN_MAX_DOC_LEN 512
+
 /* Documents (queries): count, and doc d's locals (borrowed, valid until the next gen_next). */
 size_t gen_ndocs(const struct gen *g);
 const uint64_t *gen_doc(const struct gen *g, size_t d, size_t *n);
@@ -76,6 +79,11 @@ const uint64_t *gen_doc(const struct gen *g, size_t d, size_t *n);
 const struct gen_rank *gen_ranks(const struct gen *g, size_t *n);
 /* A rank's external hashes of doc d's chain, into out[0..n). */
 void gen_exts(const struct gen *g, const struct gen_rank *r, size_t d, uint64_t *out);
+/* A rank's external hashes of any chain of n locals (a query that is no document). */
+void gen_exts_of(const struct gen *g, const struct gen_rank *r, const uint64_t *loc, size_t n,
+                 uint64_t *out);
+/* Locals are drawn from 1..gen_alphabet(). */
+uint64_t gen_alphabet(void);
 
 uint64_t gen_rand(struct gen *g);
 

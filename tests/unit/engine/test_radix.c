@@ -1,5 +1,6 @@
 /* test_radix.c - the compressed radix tree: spec vectors (index.md §5, §7, §12), API and edge
- * cases, per-rank external hashes, allocation-failure injection on hand-made workloads. */
+ * cases, per-rank external hashes, bounded jobs (steps, deferred frees), more than 4096 rank
+ * slots, allocation-failure injection on hand-made workloads. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -473,7 +474,284 @@ START_TEST(repeated_locals_on_one_path)
 }
 END_TEST
 
+START_TEST(beyond_4096_slots)
+{
+    /* 4200 ranks: the walk runs in windows of 4096 slots (no allocation), cutoffs and drop-outs
+     * on both sides of the window boundary. */
+    enum { N = 4200 };
+    for (uint64_t w = 0; w < N; w++)
+        ck_assert_int_eq(store_mul(w, 0, NONE, 100, ARR(1, 2)), KVR_OK);
+    for (uint64_t w = 0; w < N; w += 2) /* leaf append, then Reuse: [1,2,3] evens, odds cut 2 */
+        ck_assert_int_eq(store_mul(w, 0, 200, 100, ARR(3)), KVR_OK);
+    for (uint64_t w = 0; w < N; w += 4) /* [1,2,3,4]: w%4==0 full, w%4==2 cut 3 */
+        ck_assert_int_eq(store_mul(w, 0, 300, 100, ARR(4)), KVR_OK);
+    for (uint64_t w = 0; w < N; w += 8) /* split at 2: [1,2] -> {[3,4], [7]} */
+        ck_assert_int_eq(store_mul(w, 0, 200, 100, ARR(7)), KVR_OK);
+    check_ok();
+    static struct kvr_match m[N + 8];
+    size_t n;
+    for (int early = 0; early < 2; early++) {
+        unsigned flags = early ? KVR_MATCH_EARLY_EXIT : 0; /* ignored above 4096 slots */
+        uint64_t q1[4] = {1, 2, 3, 4}, q2[3] = {1, 2, 7};
+        ck_assert_int_eq(kvr_radix_find_matches(t, q1, 4, flags, m, N + 8, &n), KVR_OK);
+        ck_assert_uint_eq(n, N);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t w = m[i].worker_id;
+            ck_assert_uint_eq(m[i].blocks, w % 4 == 0 ? 4 : (w % 4 == 2 ? 3 : 2));
+        }
+        ck_assert_int_eq(kvr_radix_find_matches(t, q2, 3, flags, m, N + 8, &n), KVR_OK);
+        ck_assert_uint_eq(n, N);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_uint_eq(m[i].blocks, m[i].worker_id % 8 == 0 ? 3 : 2);
+    }
+    uint64_t q3[2] = {1, 9};
+    ck_assert_int_eq(kvr_radix_find_matches(t, q3, 2, 0, m, 10, &n), KVR_ERANGE);
+    ck_assert_uint_eq(n, N);
+}
+END_TEST
+
+/* A rank with a wide tree: trunk [1..8], `fan` branches of `len` blocks below block 8 (ext =
+ * 1000 * branch + i), each with a 3-block twig. B holds the trunk and branch 0. */
+static void wide_tree(uint64_t fan, uint64_t len)
+{
+    ck_assert_int_eq(ST(A, NONE, 1, 2, 3, 4, 5, 6, 7, 8), KVR_OK);
+    ck_assert_int_eq(ST(B, NONE, 1, 2, 3, 4, 5, 6, 7, 8), KVR_OK);
+    struct kvr_block b[256];
+    for (uint64_t br = 0; br < fan; br++) {
+        for (uint64_t i = 0; i < len; i++) {
+            b[i].tokens_hash = 100000 * (br + 1) + i;
+            b[i].block_hash = 1000 * (br + 1) + i;
+        }
+        uint64_t parent = 800;
+        ck_assert_int_eq(kvr_radix_store(t, A, &parent, b, len), KVR_OK);
+        if (br == 0)
+            ck_assert_int_eq(kvr_radix_store(t, B, &parent, b, len), KVR_OK);
+        parent = 1000 * (br + 1) + len / 2;
+        for (uint64_t i = 0; i < 3; i++) {
+            b[i].tokens_hash = 900000 + 10 * br + i;
+            b[i].block_hash = 500000 + 10 * br + i;
+        }
+        ck_assert_int_eq(kvr_radix_store(t, A, &parent, b, 3), KVR_OK);
+    }
+    check_ok();
+}
+
+/* Steps the current job with `budget`, checking that no step overruns by more than `slack`.
+ * Returns the number of steps. */
+static int step_all(uint64_t budget, uint64_t slack)
+{
+    int steps = 0;
+    for (;;) {
+        uint64_t w0 = kvr_radix_work(t);
+        int more = kvr_radix_step(t, budget);
+        uint64_t did = kvr_radix_work(t) - w0;
+        ck_assert_msg(did <= budget + slack, "step %d did %llu units (budget %llu)", steps,
+                      (unsigned long long)did, (unsigned long long)budget);
+        steps++;
+        if (!more)
+            return steps;
+        char msg[128];
+        ck_assert_int_eq(kvr_radix_check(t, msg, sizeof(msg)), KVR_EBUSY);
+        ck_assert(kvr_radix_busy(t));
+    }
+}
+
+START_TEST(bounded_clear_in_steps)
+{
+    wide_tree(40, 30);
+    kvr_alloc_t *a = kvr_radix_allocator(t);
+    size_t bytes = a->live_bytes;
+    struct kvr_radix_stats st;
+    kvr_radix_stats(t, &st);
+    size_t nodes = st.nodes;
+    ck_assert_str_eq(Q(1, 2, 3, 4, 5, 6, 7, 8, 100000, 100001), "1:0=10,2:0=10");
+    ck_assert_int_eq(kvr_radix_clear_begin(t, A), KVR_OK);
+    ck_assert(kvr_radix_busy(t));
+    /* Between steps: A only loses blocks; B keeps exactly its own. */
+    int steps = 0;
+    for (;;) {
+        int more = kvr_radix_step(t, 16);
+        steps++;
+        const char *s0 = Q(1, 2, 3, 4, 5, 6, 7, 8, 100000, 100001);
+        ck_assert_msg(strstr(s0, "2:0=10") != NULL, "B lost blocks: %s", s0);
+        if (!more)
+            break;
+    }
+    ck_assert_int_gt(steps, 40); /* 1,400 blocks: not in one step of 16 */
+    ck_assert_int_eq(kvr_radix_job_result(t, NULL), KVR_OK);
+    ck_assert(!kvr_radix_busy(t));
+    check_ok();
+    ck_assert_str_eq(Q(1, 2, 3, 4, 5, 6, 7, 8, 100000, 100001), "2:0=10");
+    ck_assert_str_eq(Q(1, 2, 3, 4, 5, 6, 7, 8, 200000), "2:0=8");
+    kvr_radix_stats(t, &st);
+    ck_assert_uint_eq(st.nodes, 3); /* trunk [1..8] and B's branch, split where A's twig was */
+    ck_assert_uint_lt(st.nodes, nodes);
+    ck_assert_uint_lt(a->live_bytes, bytes);
+    ck_assert_uint_eq(st.block_ranks, 8 + 30);
+}
+END_TEST
+
+START_TEST(bounded_head_removal_frees_subtree_in_steps)
+{
+    /* Removing A's first block leaves the trunk without a full rank once B goes too: the whole
+     * wide subtree is unlinked at once and freed over later steps. */
+    wide_tree(40, 30);
+    ck_assert_int_eq(kvr_radix_remove_rank(t, B), KVR_OK);
+    uint64_t h = 100;
+    ck_assert_int_eq(kvr_radix_remove_begin(t, A, &h, 1), KVR_OK);
+    /* Slack: the cut's last unit, plus pushing the trunk's 40 children on the drain at once. */
+    int steps = step_all(8, 48);
+    ck_assert_int_gt(steps, 100);
+    ck_assert_int_eq(kvr_radix_job_result(t, NULL), KVR_OK);
+    check_ok();
+    struct kvr_radix_stats st;
+    kvr_radix_stats(t, &st);
+    ck_assert_uint_eq(st.nodes, 0);
+    ck_assert_uint_eq(st.block_ranks, 0);
+    ck_assert_str_eq(Q(1, 2, 3), "");
+    /* The tree is fully usable again. */
+    ck_assert_int_eq(ST(A, NONE, 1, 2, 3), KVR_OK);
+    ck_assert_str_eq(Q(1, 2, 3), "1:0=3");
+}
+END_TEST
+
+START_TEST(bounded_remove_long_cut_in_pieces)
+{
+    /* One hash whose cut covers 200 positions, with a budget of 10: applied from the tail in
+     * pieces; in between, A's score only shrinks, and B (cut at 50) is untouched. */
+    struct kvr_block b[256];
+    for (int i = 0; i < 200; i++) {
+        b[i].tokens_hash = (uint64_t)i + 1;
+        b[i].block_hash = (uint64_t)i + 5000;
+    }
+    ck_assert_int_eq(kvr_radix_store(t, A, NULL, b, 200), KVR_OK);
+    ck_assert_int_eq(kvr_radix_store(t, B, NULL, b, 50), KVR_OK);
+    uint64_t q[200];
+    for (int i = 0; i < 200; i++)
+        q[i] = (uint64_t)i + 1;
+    uint64_t h[2] = {5010, 4}; /* A's 11th block; an unknown hash */
+    ck_assert_int_eq(kvr_radix_remove_begin(t, A, h, 2), KVR_OK);
+    uint32_t last = 200;
+    int steps = 0;
+    for (;;) {
+        int more = kvr_radix_step(t, 10);
+        steps++;
+        struct kvr_match m[4];
+        size_t n;
+        ck_assert_int_eq(kvr_radix_find_matches(t, q, 200, 0, m, 4, &n), KVR_OK);
+        uint32_t a = 0, bb = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (m[i].worker_id == 1)
+                a = m[i].blocks;
+            else
+                bb = m[i].blocks;
+        }
+        ck_assert_uint_le(a, last);
+        ck_assert_uint_ge(a, 10);
+        ck_assert_uint_eq(bb, 50);
+        last = a;
+        if (!more)
+            break;
+    }
+    ck_assert_int_ge(steps, 18);
+    ck_assert_uint_eq(last, 10);
+    size_t missing;
+    ck_assert_int_eq(kvr_radix_job_result(t, &missing), KVR_ENOBLOCK);
+    ck_assert_uint_eq(missing, 1);
+    check_ok();
+}
+END_TEST
+
+START_TEST(bounded_remove_worker_in_steps)
+{
+    /* remove_worker over two dp ranks, stepped; the one-shot result equals the stepped one. */
+    wide_tree(10, 20);
+    ck_assert_int_eq(ST(W70, NONE, 1, 2, 3), KVR_OK);
+    ck_assert_int_eq(ST(W71, NONE, 1, 2, 3, 4), KVR_OK);
+    ck_assert_int_eq(kvr_radix_remove_worker_begin(t, 7), KVR_OK);
+    (void)step_all(4, 16);
+    ck_assert_int_eq(kvr_radix_job_result(t, NULL), KVR_OK);
+    ck_assert_str_eq(Q(1, 2, 3, 4), "1:0=4,2:0=4");
+    ck_assert_int_eq(kvr_radix_remove_worker_begin(t, 7), KVR_OK);
+    ck_assert_int_eq(kvr_radix_step(t, 1), 0);
+    ck_assert_int_eq(kvr_radix_job_result(t, NULL), KVR_ENOTFOUND);
+    /* A job left unfinished is finished by the next call. */
+    ck_assert_int_eq(kvr_radix_clear_begin(t, A), KVR_OK);
+    ck_assert_int_eq(kvr_radix_step(t, 1), 1);
+    ck_assert_int_eq(ST(C, NONE, 1, 2), KVR_OK);
+    ck_assert(!kvr_radix_busy(t));
+    ck_assert_str_eq(Q(1, 2, 3, 4), "2:0=4,3:0=2");
+    ck_assert_int_eq(kvr_radix_remove_begin(t, A, NULL, 1), KVR_EINVAL);
+}
+END_TEST
+
+START_TEST(long_chain_beyond_1024)
+{
+    /* The repeat check of chains above 1024 blocks allocates its set from the tree's allocator. */
+    enum { N = 1500 };
+    struct kvr_block *b = malloc(N * sizeof(*b));
+    for (int i = 0; i < N; i++) {
+        b[i].tokens_hash = (uint64_t)i + 1;
+        b[i].block_hash = (uint64_t)i + 100000;
+    }
+    b[1200].block_hash = 100000 + 700; /* repeats b[700] */
+    ck_assert_int_eq(kvr_radix_store(t, A, NULL, b, N), KVR_EINVALSEQ);
+    struct kvr_radix_stats st;
+    kvr_radix_stats(t, &st);
+    ck_assert_uint_eq(st.block_ranks, 1200);
+    free(b);
+}
+END_TEST
+
 /* ==== allocation failure ==================================================================== */
+
+START_TEST(oom_long_chain)
+{
+    /* Fail each allocation of a 1500-block store in turn: ENOMEM leaves a consistent tree holding
+     * a prefix of the chain (nothing when the repeat set's allocation fails, the first one). */
+    enum { N = 1500 };
+    struct kvr_block *b = malloc(N * sizeof(*b));
+    uint64_t *q = malloc(N * sizeof(*q));
+    for (int i = 0; i < N; i++) {
+        b[i].tokens_hash = (uint64_t)i + 1;
+        b[i].block_hash = (uint64_t)i + 100000;
+        q[i] = b[i].tokens_hash;
+    }
+    kvr_alloc_t *a = kvr_radix_allocator(t);
+    ck_assert_int_eq(ST(A, NONE, 1), KVR_OK); /* the rank exists: its first allocations are done */
+    uint64_t c0 = a->calls;
+    ck_assert_int_eq(kvr_radix_store(t, A, NULL, b, N), KVR_OK);
+    uint64_t total = a->calls - c0;
+    ck_assert_uint_gt(total, 2);
+    for (uint64_t nth = 1; nth <= total; nth++) {
+        kvr_radix_free(t);
+        ck_assert_int_eq(kvr_radix_new(&t), KVR_OK);
+        a = kvr_radix_allocator(t);
+        ck_assert_int_eq(ST(A, NONE, 1), KVR_OK);
+        size_t bytes = a->live_bytes;
+        kvr_alloc_fail_after(a, nth);
+        int rc = kvr_radix_store(t, A, NULL, b, N);
+        ck_assert_uint_eq(a->failures, 1);
+        ck_assert_int_eq(rc, KVR_ENOMEM);
+        check_ok();
+        struct kvr_match m[2];
+        size_t n;
+        ck_assert_int_eq(kvr_radix_find_matches(t, q, N, 0, m, 2, &n), KVR_OK);
+        ck_assert_uint_le(n, 1);
+        if (nth == 1) { /* the repeat set: nothing applied, nothing leaked */
+            ck_assert_uint_eq(m[0].blocks, 1);
+            ck_assert_uint_eq(a->live_bytes, bytes);
+        }
+        kvr_alloc_fail_after(a, 0);
+        ck_assert_int_eq(kvr_radix_store(t, A, NULL, b, N), KVR_OK);
+        ck_assert_int_eq(kvr_radix_find_matches(t, q, N, 0, m, 2, &n), KVR_OK);
+        ck_assert_uint_eq(m[0].blocks, N);
+        check_ok();
+    }
+    free(b);
+    free(q);
+}
+END_TEST
 
 /* A small scripted workload touching every structural path. Returns the number of failed
  * steps with ENOMEM. */
@@ -557,11 +835,18 @@ Suite *radix_suite(void)
     tcase_add_test(tc, many_ranks_beyond_64);
     tcase_add_test(tc, empty_queries);
     tcase_add_test(tc, repeated_locals_on_one_path);
+    tcase_add_test(tc, beyond_4096_slots);
+    tcase_add_test(tc, long_chain_beyond_1024);
+    tcase_add_test(tc, bounded_clear_in_steps);
+    tcase_add_test(tc, bounded_head_removal_frees_subtree_in_steps);
+    tcase_add_test(tc, bounded_remove_long_cut_in_pieces);
+    tcase_add_test(tc, bounded_remove_worker_in_steps);
     suite_add_tcase(s, tc);
     tc = tcase_create("oom");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, oom_every_allocation);
+    tcase_add_test(tc, oom_long_chain);
     suite_add_tcase(s, tc);
     return s;
 }

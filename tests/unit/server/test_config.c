@@ -201,6 +201,47 @@ START_TEST(lua_file)
 }
 END_TEST
 
+/* The CKF model options: ckf_keys (translate by default) and ckf_expected, in --model specs and
+ * in the config file's model table; bad values are refused with the key's name. */
+START_TEST(ckf_model_options)
+{
+    struct srv_config c;
+    char err[SRV_CFG_ERR];
+    srv_config_init(&c);
+    ck_assert_int_eq(srv_config_add_model_spec(&c, "a,index=ckf", err, sizeof(err)), 0);
+    ck_assert_int_eq(c.models[0].ckf_keys, SRV_CKF_KEYS_TRANSLATE);
+    ck_assert_uint_eq(c.models[0].ckf_expected, 0); /* the engine default (16384) */
+    ck_assert_int_eq(srv_config_add_model_spec(
+                         &c, "b,index=both,ckf_keys=engine,ckf_expected=12000", err, sizeof(err)),
+                     0);
+    ck_assert_int_eq(c.models[1].ckf_keys, SRV_CKF_KEYS_ENGINE);
+    ck_assert_uint_eq(c.models[1].ckf_expected, 12000);
+    ck_assert_int_eq(srv_config_add_model_spec(&c, "c,ckf_keys=translate", err, sizeof(err)), 0);
+    ck_assert_int_eq(c.models[2].ckf_keys, SRV_CKF_KEYS_TRANSLATE);
+    const char *bad[][2] = {{"d,ckf_keys=canonical", "ckf_keys"},
+                            {"d,ckf_expected=0", "ckf_expected"},
+                            {"d,ckf_expected=12k", "ckf_expected"},
+                            {"d,ckf_expected=", "ckf_expected"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(srv_config_add_model_spec(&c, bad[i][0], err, sizeof(err)), -1);
+        ck_assert_msg(strstr(err, bad[i][1]) != NULL, "%s: '%s'", bad[i][0], err);
+    }
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c,
+                          "return { models = { { name = 'm', index = 'ckf', ckf_expected = 50000,"
+                          " ckf_keys = 'engine' } } }\n",
+                          err),
+                     0);
+    ck_assert_int_eq(c.models[0].index_kind, 2);
+    ck_assert_int_eq(c.models[0].ckf_keys, SRV_CKF_KEYS_ENGINE);
+    ck_assert_uint_eq(c.models[0].ckf_expected, 50000);
+    srv_config_free(&c);
+    ck_assert_int_eq(load(&c, "return { models = { { name = 'm', ckf_keys = 'x' } } }\n", err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "ckf_keys"));
+    srv_config_free(&c);
+}
+END_TEST
+
 START_TEST(lua_sandbox_and_errors)
 {
     struct {
@@ -352,6 +393,7 @@ Suite *config_suite(void)
     tcase_add_test(te, cross_field_validation);
     tcase_add_test(te, lua_file);
     tcase_add_test(te, lua_sandbox_and_errors);
+    tcase_add_test(te, ckf_model_options);
     tcase_set_timeout(te, 30);
     suite_add_tcase(s, te);
     return s;
