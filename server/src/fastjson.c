@@ -28,7 +28,40 @@ static const char *str(const char *p, const char *end, const char **s, size_t *n
     return p + 1;
 }
 
-/* An integer hash (index.md §2.3). */
+/* 8 ASCII digits at a time (SWAR): a hash is 18-20 digits. Little-endian loads; elsewhere the
+ * byte loop alone. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FAST_SWAR 1
+static inline uint64_t load8(const char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* 1 if the 8 bytes are all '0'..'9': every high nibble is 3, and adding 6 carries none of the
+ * low nibbles past 9 (no byte can carry into the next once all high nibbles are 3). */
+static inline int all_digits8(uint64_t x)
+{
+    return ((x & 0xF0F0F0F0F0F0F0F0ull) |
+            (((x + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) == 0x3333333333333333ull;
+}
+
+/* The value of 8 digits, the first (lowest address) most significant: pairs, then quads, then
+ * the two halves, each step one multiply. */
+static inline uint64_t value8(uint64_t x)
+{
+    x -= 0x3030303030303030ull;
+    x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;
+    x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;
+    return (x * 10000 + (x >> 32)) & 0xFFFFFFFFull;
+}
+#else
+#define FAST_SWAR 0
+#endif
+
+/* An integer hash (index.md §2.3): u64, or negative i64 taken as two's complement. Up to 19
+ * digits cannot overflow, so only a 20th digit is checked. */
 static const char *hash(const char *p, const char *end, uint64_t *out)
 {
     int neg = 0;
@@ -36,20 +69,36 @@ static const char *hash(const char *p, const char *end, uint64_t *out)
         neg = 1;
         p++;
     }
-    if (p >= end || *p < '0' || *p > '9')
+    if (p >= end || (unsigned)(*p - '0') > 9)
         return NULL;
-    if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9')
+    if (*p == '0' && p + 1 < end && (unsigned)(p[1] - '0') <= 9)
         return NULL; /* leading zero */
-    uint64_t v = 0;
     const char *b = p;
-    while (p < end && *p >= '0' && *p <= '9') {
-        unsigned d = (unsigned)(*p - '0');
+    uint64_t v = 0;
+    unsigned d;
+#if FAST_SWAR
+    for (int k = 0; k < 2 && end - p >= 8; k++) { /* 16 digits at most: no overflow */
+        uint64_t x = load8(p);
+        if (!all_digits8(x))
+            break;
+        v = v * 100000000u + value8(x);
+        p += 8;
+    }
+#endif
+    const char *stop = end - b > 19 ? b + 19 : end;
+    while (p < stop && (d = (unsigned)(*p - '0')) <= 9) {
+        v = v * 10 + d;
+        p++;
+    }
+    if (p - b == 19 && p < end && (d = (unsigned)(*p - '0')) <= 9) { /* a 20th digit */
         if (v > (UINT64_MAX - d) / 10)
             return NULL; /* overflow */
         v = v * 10 + d;
         p++;
+        if (p < end && (unsigned)(*p - '0') <= 9)
+            return NULL; /* 21 digits */
     }
-    if (p - b > 20 || (p < end && (*p == '.' || *p == 'e' || *p == 'E')))
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
         return NULL;
     if (neg) {
         if (v > (uint64_t)1 << 63)
@@ -180,6 +229,10 @@ static const char *skip_number(const char *p, const char *end)
     if (*p == '0') {
         p++;
     } else if (*p >= '1' && *p <= '9') {
+#if FAST_SWAR
+        while (end - p >= 8 && all_digits8(load8(p)))
+            p += 8;
+#endif
         while (p < end && *p >= '0' && *p <= '9')
             p++;
     } else {

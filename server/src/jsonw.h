@@ -7,6 +7,9 @@
  * doubles use the shortest "%.17g" form that round-trips, and non-finite values are written as
  * null (JSON has no NaN).
  *
+ * The pointer writer below (srv_jp_*) is the same text without the buffer: inline, for encoders
+ * that reserve their worst case once.
+ *
  * Thread-safety: none; a writer belongs to one thread.
  */
 #ifndef KVR_SRV_JSONW_H
@@ -14,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kvr/buf.h"
 
@@ -42,5 +46,81 @@ void srv_jw_u64str(struct srv_jw *w, uint64_t v);            /* "123" (a map key
 
 /* Appends the JSON-escaped form of s[0..n) without quotes (for building keys). */
 void srv_jw_escaped(struct srv_jw *w, const char *s, size_t n);
+
+/* ==== pointer writer ==========================================================================
+ *
+ * For the hottest encoders (the /query answers): the caller reserves an upper bound of the
+ * output in one piece (e.g. evbuffer_reserve_space), writes through a plain char pointer with
+ * these inline helpers (no call, no bounds check, no error state), then commits p - start bytes.
+ * Each returns the position after what it wrote. The caller's bound must cover the worst case:
+ * a u64 takes at most KVR_U64_DEC_MAX bytes (SRV_JP_U64_MAX + 2 quoted). */
+
+#define SRV_JP_U64_MAX 20u
+
+static inline char *srv_jp_raw(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+/* A string literal (its size known at compile time). */
+#define srv_jp_lit(p, lit) srv_jp_raw((p), (lit), sizeof(lit) - 1)
+
+static inline char *srv_jp_char(char *p, char c)
+{
+    *p = c;
+    return p + 1;
+}
+
+/* Decimal digits of v (1..20). */
+static inline unsigned srv_jp_u64_len(uint64_t v)
+{
+    unsigned n = 1;
+    for (;;) {
+        if (v < 10)
+            return n;
+        if (v < 100)
+            return n + 1;
+        if (v < 1000)
+            return n + 2;
+        if (v < 10000)
+            return n + 3;
+        v /= 10000;
+        n += 4;
+    }
+}
+
+/* v in decimal, two digits at a time, written backwards from its last digit. */
+static inline char *srv_jp_u64(char *p, uint64_t v)
+{
+    static const char pairs[201] = "00010203040506070809101112131415161718192021222324252627282930"
+                                   "31323334353637383940414243444546474849505152535455565758596061"
+                                   "62636465666768697071727374757677787980818283848586878889909192"
+                                   "93949596979899";
+    char *e = p + srv_jp_u64_len(v), *b = e;
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        b -= 2;
+        b[0] = pairs[2 * r];
+        b[1] = pairs[2 * r + 1];
+    }
+    if (v >= 10) {
+        b[-2] = pairs[2 * v];
+        b[-1] = pairs[2 * v + 1];
+    } else {
+        b[-1] = (char)('0' + v);
+    }
+    return e;
+}
+
+/* "v" (a map key). */
+static inline char *srv_jp_u64str(char *p, uint64_t v)
+{
+    *p++ = '"';
+    p = srv_jp_u64(p, v);
+    *p++ = '"';
+    return p;
+}
 
 #endif

@@ -210,7 +210,9 @@ int srv_route_decide(struct srv_thread *t, const struct srv_route_in *in, struct
     }
     d->fallback = po.fallback;
     d->policy = po.policy;
-    if (po.n < SRV_MAX_ALT + 1 && po.n < n) {
+    /* routing as a service: nobody retries here, a valid first choice is the whole answer */
+    int one = !in->need_url && ranked[0] < n;
+    if (!one && po.n < SRV_MAX_ALT + 1 && po.n < n) {
         /* retry alternatives when the policy named fewer: the rest by the classic cost */
         uint32_t alt[SRV_MAX_ALT + 1];
         struct srv_policy_out bo = {.ranked = alt, .cap = SRV_MAX_ALT + 1};
@@ -224,7 +226,7 @@ int srv_route_decide(struct srv_thread *t, const struct srv_route_in *in, struct
                 ranked[po.n++] = alt[k];
         }
     }
-    for (size_t k = 0; k < po.n && d->n_pick < SRV_MAX_ALT + 1; k++) {
+    for (size_t k = 0; k < po.n && d->n_pick < (one ? 1u : SRV_MAX_ALT + 1); k++) {
         if (ranked[k] >= n)
             continue;
         const struct srv_cand *c = &all[map[ranked[k]]];

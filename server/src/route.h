@@ -7,7 +7,8 @@
  *     ├─ overlap: kvr_index_find_matches on the model's index (blocks per rank)
  *     ├─ load: kvr_load_query (active prefill tokens, decode blocks, new blocks, requests)
  *     ├─ policy: srv_policy_select -> ranked candidates (best first)
- *     └─ decision: the pick plus up to SRV_MAX_ALT alternatives for retries (referenced)
+ *     └─ decision: the pick plus, when proxying (need_url), up to SRV_MAX_ALT alternatives
+ *        for retries (referenced); /v1/route answers with the pick alone
  *
  * Booking: srv_route_book adds the request to the model's load tracker for the current pick
  * (and, on an approximate model, records its blocks for that rank with a TTL); first token and
