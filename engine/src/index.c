@@ -191,6 +191,9 @@ static void count_result(struct kvr_index_counters *c, int rc, size_t not_found)
     case KVR_ENOMEM:
         c->err_nomem++;
         break;
+    case KVR_ECAPACITY:
+        c->err_capacity++;
+        break;
     default:
         c->err_other++;
         break;
@@ -218,14 +221,15 @@ static int apply_locked(struct kvr_index *idx, const struct kvr_event *ev)
     if (idx->ckf != NULL) {
         /* The CKF takes the whole event at once (its per-block work is a few probes). */
         (void)hold_room(idx);
-        int crc = kvr_ckf_index_apply(idx->ckf, ev);
+        size_t nf = 0; /* BOTH: the CKF's own outcome is counted in its stats (stats.ckf) */
+        int crc = kvr_ckf_index_apply_counted(idx->ckf, ev, &nf);
         idx->hold_extra += ev->n ? ev->n : 1u;
         if (idx->radix == NULL) {
             if (ev->kind == KVR_EVENT_STORED)
                 c->blocks_stored += ev->n;
             else if (ev->kind == KVR_EVENT_REMOVED)
                 c->blocks_removed += ev->n;
-            count_result(c, crc, 0);
+            count_result(c, crc, nf);
             return crc;
         }
     }

@@ -72,6 +72,9 @@ struct kvr_index_config {
     uint64_t dump_chunk_blocks;             /* blocks emitted per dump read hold; 0 = max_hold */
 };
 
+/* Event results. In BOTH mode they count the radix tree's results (what apply returns); the
+ * CKF's own outcome is in kvr_index_stats.ckf (err_parent, err_block, omissions, invariant,
+ * err_nomem). */
 struct kvr_index_counters {
     uint64_t events[4];       /* by kind: [KVR_EVENT_STORED], [REMOVED], [CLEARED]; [0] = other */
     uint64_t blocks_stored;   /* blocks in applied store events */
@@ -80,6 +83,7 @@ struct kvr_index_counters {
     uint64_t err_block;       /* BlockNotFound (per missing hash) */
     uint64_t err_invalid_seq; /* InvalidBlockSequence */
     uint64_t err_nomem;       /* AllocationFailed */
+    uint64_t err_capacity;    /* CKF capacity omissions (an event with a block left out) */
     uint64_t err_other;       /* anything else (invalid arguments) */
     uint64_t non_device;      /* events of another storage tier (not in the device index) */
     uint64_t queries;         /* find_matches calls */

@@ -715,6 +715,31 @@ START_TEST(dumps_during_writes)
 }
 END_TEST
 
+/* CKF error accounting: BlockNotFound counts each unknown hash of a removal (CKF-only: it was 1
+ * per event); in BOTH mode the counters are the tree's and the CKF's own are in stats.ckf. */
+START_TEST(ckf_error_counters)
+{
+    for (int kind = KVR_INDEX_CKF; kind <= KVR_INDEX_BOTH; kind++) {
+        struct kvr_index_config cfg = {.kind = kind};
+        kvr_index_t *idx;
+        ck_assert_int_eq(kvr_index_new(&cfg, &idx), KVR_OK);
+        struct kvr_block b = {77, 77};
+        struct kvr_event st_ev = {.kind = KVR_EVENT_STORED, .worker_id = 1, .n = 1, .blocks = &b};
+        ck_assert_int_eq(kvr_index_apply(idx, &st_ev), KVR_OK);
+        uint64_t gone[3] = {77, 5, 6};
+        struct kvr_event rm = {.kind = KVR_EVENT_REMOVED, .worker_id = 1, .n = 3, .hashes = gone};
+        ck_assert_int_eq(kvr_index_apply(idx, &rm), KVR_ENOBLOCK);
+        struct kvr_index_stats st;
+        kvr_index_stats(idx, &st);
+        ck_assert_uint_eq(st.counters.err_block, 2);
+        ck_assert_uint_eq(st.ckf.err_block, 2);
+        ck_assert_uint_eq(st.counters.err_other, 0);
+        ck_assert_uint_eq(st.counters.err_capacity, 0);
+        kvr_index_free(idx);
+    }
+}
+END_TEST
+
 Suite *index_suite(void);
 
 Suite *index_suite(void)
@@ -724,6 +749,7 @@ Suite *index_suite(void)
     tcase_add_test(tc, api_counters_and_tiers);
     tcase_add_test(tc, large_events_are_chunked);
     tcase_add_test(tc, ckf_and_both_kinds);
+    tcase_add_test(tc, ckf_error_counters);
     tcase_add_test(tc, bounded_holds_measured);
     tcase_add_test(tc, dump_in_chunks);
     suite_add_tcase(s, tc);
