@@ -3,6 +3,7 @@
  * msgpack-c's packer, independently of the encoder under test. */
 #include <check.h>
 #include <msgpack.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1495,6 +1496,163 @@ START_TEST(test_encode_oom)
 }
 END_TEST
 
+/* ==== hashing.md §9.7: engine-side hash vectors (SGLang chained SHA-256) =======================
+ */
+
+/* A small SHA-256 (FIPS 180-4), only to derive the §9.7 digests from their exact inputs. */
+static uint32_t ror32(uint32_t x, unsigned n)
+{
+    return (x >> n) | (x << (32u - n));
+}
+
+static void sha256(const uint8_t *msg, size_t len, uint8_t out[32])
+{
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2};
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    size_t total = ((len + 9 + 63) / 64) * 64;
+    uint8_t *m = calloc(1, total);
+    ck_assert_ptr_nonnull(m);
+    memcpy(m, msg, len);
+    m[len] = 0x80;
+    for (int i = 0; i < 8; i++)
+        m[total - 1 - (size_t)i] = (uint8_t)(((uint64_t)len * 8u) >> (8 * i));
+    for (size_t off = 0; off < total; off += 64) {
+        uint32_t w[64];
+        for (int i = 0; i < 16; i++)
+            w[i] = (uint32_t)m[off + 4 * i] << 24 | (uint32_t)m[off + 4 * i + 1] << 16 |
+                   (uint32_t)m[off + 4 * i + 2] << 8 | m[off + 4 * i + 3];
+        for (int i = 16; i < 64; i++) {
+            uint32_t s0 = ror32(w[i - 15], 7) ^ ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+            uint32_t s1 = ror32(w[i - 2], 17) ^ ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        }
+        uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+        for (int i = 0; i < 64; i++) {
+            uint32_t t1 = hh + (ror32(e, 6) ^ ror32(e, 11) ^ ror32(e, 25)) + ((e & f) ^ (~e & g)) +
+                          k[i] + w[i];
+            uint32_t t2 =
+                (ror32(a, 2) ^ ror32(a, 13) ^ ror32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+            hh = g;
+            g = f;
+            f = e;
+            e = d + t1;
+            d = c;
+            c = b;
+            b = a;
+            a = t1 + t2;
+        }
+        h[0] += a;
+        h[1] += b;
+        h[2] += c;
+        h[3] += d;
+        h[4] += e;
+        h[5] += f;
+        h[6] += g;
+        h[7] += hh;
+    }
+    free(m);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (uint8_t)(h[i] >> (24 - 8 * j));
+}
+
+static void hex32(const char *hex, uint8_t out[32])
+{
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        ck_assert_int_eq(sscanf(hex + 2 * i, "%2x", &v), 1);
+        out[i] = (uint8_t)v;
+    }
+}
+
+/* SGLang's published form: the signed int64 of the FIRST 8 digest bytes (big-endian). */
+static int64_t first8_signed(const uint8_t d[32])
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | d[i];
+    return (int64_t)v;
+}
+
+START_TEST(test_hashing_9_7_vectors)
+{
+    /* The digests from their exact inputs: page [1,2,3,4] as le32, then the previous digest ++
+     * page [5,6,7,8] as le32. */
+    uint8_t in1[16], in2[48], d1[32], d2[32], want[32];
+    for (int t = 0; t < 4; t++) {
+        for (int j = 0; j < 4; j++) {
+            in1[4 * t + j] = (uint8_t)((uint32_t)(t + 1) >> (8 * j));
+            in2[32 + 4 * t + j] = (uint8_t)((uint32_t)(t + 5) >> (8 * j));
+        }
+    }
+    sha256(in1, sizeof(in1), d1);
+    hex32("cf97adeedb59e05bfd73a2b4c2a8885708c4f4f70c84c64b27120e72ab733b72", want);
+    ck_assert(memcmp(d1, want, 32) == 0);
+    memcpy(in2, d1, 32);
+    sha256(in2, sizeof(in2), d2);
+    hex32("4ebfa8a1f3c341517621838c6e1b9aa350307e3f00b3cbd1a07ef740f54396d6", want);
+    ck_assert(memcmp(d2, want, 32) == 0);
+
+    /* SGLang publishes the signed first 8 bytes; vLLM-style bytes map to the last 8 bytes
+     * big-endian (the key kvrouter derives from a bytes hash): different ends of one digest. */
+    ck_assert(first8_signed(d1) == -3488128144981237669LL);
+    ck_assert(first8_signed(d2) == 5674439469042975057LL);
+    ck_assert_uint_eq(kvr_emp_hash_from_bytes(d1, 32), 2815328602725497714ULL);
+    ck_assert_uint_eq(kvr_emp_hash_from_bytes(d2, 32), 11564952751498827478ULL);
+
+    /* Through the decoder: the chain published as SGLang ints (the second under the first), and
+     * the same digests as raw bytes. */
+    struct fx f;
+    struct pk k;
+    fx_init(&f);
+    pk_init(&k);
+    batch_head(&k.p, 2);
+    for (int form = 0; form < 2; form++) {
+        msgpack_pack_array(&k.p, 7);
+        S(&k.p, "BlockStored");
+        msgpack_pack_array(&k.p, 1);
+        if (form == 0)
+            msgpack_pack_int64(&k.p, first8_signed(d2));
+        else
+            msgpack_pack_bin_with_body(&k.p, d2, 32);
+        if (form == 0)
+            msgpack_pack_int64(&k.p, first8_signed(d1));
+        else
+            msgpack_pack_bin_with_body(&k.p, d1, 32);
+        msgpack_pack_array(&k.p, 4);
+        for (uint32_t t = 5; t <= 8; t++)
+            msgpack_pack_uint32(&k.p, t);
+        msgpack_pack_uint32(&k.p, 4);
+        msgpack_pack_nil(&k.p);
+        S(&k.p, "GPU");
+    }
+    msgpack_pack_nil(&k.p); /* data_parallel_rank */
+    ck_assert_msg(dec_pk(&f, &k) == KVR_OK, "%s", f.err);
+    ck_assert_uint_eq(f.b.n, 2);
+    const struct kvr_emp_event *e = &f.b.ev[0];
+    ck_assert_uint_eq(e->hashes[0], 5674439469042975057ULL);
+    ck_assert(e->has_parent);
+    ck_assert_uint_eq(e->parent_hash, 14958615928728313947ULL); /* -3488128144981237669 as u64 */
+    e = &f.b.ev[1];
+    ck_assert_uint_eq(e->hashes[0], 11564952751498827478ULL);
+    ck_assert(e->has_parent);
+    ck_assert_uint_eq(e->parent_hash, 2815328602725497714ULL);
+    pk_done(&k);
+    fx_free(&f);
+}
+END_TEST
+
 Suite *event_msgpack_suite(void);
 Suite *event_msgpack_suite(void)
 {
@@ -1510,6 +1668,7 @@ Suite *event_msgpack_suite(void)
     tcase_add_test(api, test_typed_extra_keys);
     tcase_add_test(api, test_medium_and_locality);
     tcase_add_test(api, test_bigram_tokens);
+    tcase_add_test(api, test_hashing_9_7_vectors);
     suite_add_tcase(s, api);
     TCase *edge = tcase_create("edge");
     tcase_add_test(edge, test_truncated_prefixes);
