@@ -80,6 +80,7 @@ void srv_api_register(struct srv_hreq *h)
         return;
     char err[SRV_JERR];
     const char *name, *tenant, *endpoint = NULL, *url = NULL, *replay = NULL, *lora = NULL;
+    const char *topic = NULL;
     size_t nl, tl;
     uint64_t id = 0, rank = 0, bs = 0;
     int has_bs = 0;
@@ -99,6 +100,8 @@ void srv_api_register(struct srv_hreq *h)
         rc = srv_jget_str(d, o, NULL, "url", 0, &url, NULL, NULL, err, sizeof(err));
     if (rc == KVR_OK)
         rc = srv_jget_str(d, o, NULL, "lora_name", 0, &lora, NULL, NULL, err, sizeof(err));
+    if (rc == KVR_OK)
+        rc = srv_jget_str(d, o, NULL, "topic", 0, &topic, NULL, NULL, err, sizeof(err));
     if (rc != KVR_OK) {
         srv_reply_error(h, 400, "%s", err);
         goto out;
@@ -126,6 +129,8 @@ void srv_api_register(struct srv_hreq *h)
                                 .url = url,
                                 .zmq = endpoint,
                                 .replay = replay,
+                                .topic = topic,
+                                .lora = lora,
                                 .first_rank = (uint32_t)rank,
                                 .n_ranks = 1,
                                 .merge = 1};

@@ -4,14 +4,17 @@
  *                                         health, breaker, in_flight, decisions, ok, failed}]}
  *   GET    /v1/workers/{id}[?model=M]   one worker (404 if unknown)
  *   POST   /v1/workers                  {"id", "model"?, "url"?, "zmq"?, "replay"?, "dp_size"?,
- *                                         "labels"?: {k: v}, "block_size"?}
+ *                                         "labels"?: {k: v}, "block_size"?, "topic"?,
+ *                                         "lora_name"?}
  *                                        -> 201 {"status": "ok", "worker": {...}}; 409 if it exists
  *   DELETE /v1/workers/{id}[?model=M]   (or DELETE /v1/workers with {"id", "model"}) -> 200;
  *                                        removes its index state, booked load and subscriptions
  *
  * With dp_size N the worker gets ranks 0..N-1; rank k's ZMQ endpoints are rank 0's shifted by k
  * (TCP port + k, spec/engine-events.md §1). The model is "M" or "M:tenant"; a model that does
- * not exist yet is created (events kind, block_size or the default). */
+ * not exist yet is created (events kind, block_size or the default). "topic" is the ZMQ topic
+ * prefix of this worker's events (default: the model's topic; "" = every message); "lora_name"
+ * salts the re-hashing of stored blocks whose events carry no LoRA of their own. */
 #include <event2/http.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -132,7 +135,8 @@ static void post_worker(struct srv_hreq *h)
     }
     uint64_t id = 0, dp = 1, bs = 0;
     int has_bs = 0;
-    const char *model = "default", *url = NULL, *zmq = NULL, *replay = NULL;
+    const char *model = "default", *url = NULL, *zmq = NULL, *replay = NULL, *topic = NULL;
+    const char *lora = NULL;
     size_t model_len = 7;
     int present = 0;
     int rc = srv_jget_uint(d, o, NULL, "id", 0, UINT64_MAX, &id, &present, err, sizeof(err));
@@ -154,6 +158,10 @@ static void post_worker(struct srv_hreq *h)
     }
     if (rc == KVR_OK)
         rc = srv_jget_str(d, o, NULL, "replay", 0, &replay, NULL, NULL, err, sizeof(err));
+    if (rc == KVR_OK)
+        rc = srv_jget_str(d, o, NULL, "topic", 0, &topic, NULL, NULL, err, sizeof(err));
+    if (rc == KVR_OK)
+        rc = srv_jget_str(d, o, NULL, "lora_name", 0, &lora, NULL, NULL, err, sizeof(err));
     if (rc == KVR_OK && srv_jmember(o, "labels", &labels))
         rc = add_labels(labels, &lb, err, sizeof(err));
     if (rc != KVR_OK) {
@@ -190,6 +198,8 @@ static void post_worker(struct srv_hreq *h)
                                 .labels = lb.len ? lb.data : NULL,
                                 .zmq = zmq,
                                 .replay = replay,
+                                .topic = topic,
+                                .lora = lora,
                                 .first_rank = 0,
                                 .n_ranks = (uint32_t)dp,
                                 .offset_by_rank = 1,

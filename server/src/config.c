@@ -449,6 +449,8 @@ static void worker_cfg_free(struct srv_worker_cfg *w)
     free(w->url);
     free(w->zmq);
     free(w->replay);
+    free(w->topic);
+    free(w->lora);
     free(w->labels);
 }
 
@@ -732,6 +734,14 @@ static int worker_set(struct srv_worker_cfg *w, const char *key, const char *v, 
     }
     if (strncmp(key, "label.", 6) == 0)
         return worker_add_label(w, key + 6, v, who, err, err_len);
+    if (strcmp(key, "topic") == 0) {
+        /* may be empty: every message, whatever the model's topic */
+        if (set_str(&w->topic, v ? v : "") != 0) {
+            errf(err, err_len, "%s: out of memory", who);
+            return -1;
+        }
+        return 0;
+    }
     if (strcmp(key, "model") == 0)
         dst = &w->model;
     else if (strcmp(key, "url") == 0)
@@ -740,10 +750,13 @@ static int worker_set(struct srv_worker_cfg *w, const char *key, const char *v, 
         dst = &w->zmq;
     else if (strcmp(key, "replay") == 0 || strcmp(key, "replay_endpoint") == 0)
         dst = &w->replay;
+    else if (strcmp(key, "lora_name") == 0)
+        dst = &w->lora;
     if (dst == NULL) {
         errf(err, err_len,
-             "%s: unknown key '%s' (known: id, model, url, zmq, replay, dp_size, labels)", who,
-             key);
+             "%s: unknown key '%s' (known: id, model, url, zmq, replay, topic, lora_name, "
+             "dp_size, labels)",
+             who, key);
         return -1;
     }
     if (v == NULL || *v == '\0') {
@@ -1398,7 +1411,7 @@ void srv_config_usage(FILE *out)
             "  --worker SPEC          add a worker (repeatable; Lua: workers = {...}):\n"
             "                         id=N[,model=NAME[:TENANT]][,url=http://HOST:PORT]\n"
             "                         [,zmq=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,dp=N]\n"
-            "                         [,label.KEY=VALUE...]\n");
+            "                         [,topic=T][,lora_name=NAME][,label.KEY=VALUE...]\n");
     for (size_t k = 0; k < N_OPTS; k++) {
         const struct opt *o = &opts[k];
         char left[64];

@@ -92,6 +92,8 @@ struct srv_worker_cfg {
     char *url;        /* HTTP base URL (owned) or NULL */
     char *zmq;        /* KV-event PUB endpoint of rank 0 (owned) or NULL */
     char *replay;     /* replay ROUTER endpoint of rank 0 (owned) or NULL */
+    char *topic;      /* ZMQ topic prefix (owned; "" = every message) or NULL = the model's */
+    char *lora;       /* LoRA of stored blocks whose events name none (owned) or NULL */
     uint32_t dp_size; /* data-parallel ranks (1) */
     int has_id;       /* id was given */
     char *labels;     /* "k=v,k=v" (owned) or NULL */

@@ -16,12 +16,15 @@
 
 #include "kvr/alloc.h"
 #include "kvr/err.h"
+#include "kvr/hash.h"
 
 #define END_SEQ UINT64_MAX       /* replay end marker: ff x 8 (END_SEQ = -1 signed) */
 #define MAX_BURST 256            /* messages read from one socket per poll round */
 #define BACKOFF_BASE_MS 10       /* receive-error backoff: 10 ms x 2^min(n, 8) ... */
 #define BACKOFF_MAX_MS 5000      /* ... capped at 5 s */
 #define MAX_CONVERT_WARN_LOGS 3u /* conversion warnings logged per source */
+#define HEARTBEAT_MS 5000        /* default ZMTP heartbeat interval; timeout = 3 intervals */
+#define MON_EVENTS (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED)
 
 /* Log-once kinds (bits of source.logged). Decoder error kinds use LOG_DECODE + kind. */
 enum {
@@ -37,6 +40,9 @@ enum {
     LOG_UNKNOWN_TAG,
     LOG_LOCALITY,
     LOG_CONVERT,
+    LOG_MONITOR,
+    LOG_DISCONNECT,
+    LOG_PROBE_SAME,
     LOG_DECODE, /* + enum kvr_emp_error */
 };
 
@@ -44,6 +50,7 @@ enum {
 struct pending {
     struct pending *next;
     uint64_t seq;
+    int after_break; /* the first live batch received after a disconnect */
     size_t len;
     uint8_t payload[];
 };
@@ -58,14 +65,25 @@ struct source {
     size_t topic_len;
     int bind;
     int clear_on_loss;
+    char *lora; /* default LoRA (owned) or NULL */
     struct kvr_convert_opts conv;
 
     void *sub;    /* SUB socket; NULL while waiting to re-create it */
+    void *mon;    /* PAIR receiving the SUB's monitor events; NULL if monitoring failed */
     void *dealer; /* replay DEALER; created on the first gap */
 
     /* sequence state */
-    int has_seq;
+    int has_seq; /* last_seq is valid: a batch was applied */
     uint64_t last_seq;
+    int has_next;    /* next is valid (a batch was applied, or a restart reset it to 0) */
+    uint64_t next;   /* the seq expected next */
+    int has_fp;      /* fp is valid: the fingerprint of last_seq's payload */
+    uint64_t fp;     /* XXH3 of the last applied payload (kept with a replay endpoint) */
+    int broken;      /* the SUB lost its connection since the last live batch */
+    int fresh_clear; /* the rank was cleared and nothing applied since */
+    int probing;     /* the replay in flight is a reconnect probe from probe_seq */
+    int probe_valid; /* no disconnect since the probe was sent */
+    uint64_t probe_seq;
     uint32_t last_rank;   /* dp rank the last batch applied to */
     int replaying;        /* a replay request is outstanding */
     uint64_t replay_from; /* its start seq */
@@ -113,6 +131,7 @@ struct kvr_kvsub {
     size_t n_src;
     size_t cap_src;
     uint32_t next_id;
+    uint64_t mon_seq; /* monitor endpoint names */
 
     /* thread-private scratch */
     kvr_alloc_t alloc;
@@ -251,6 +270,54 @@ static int zmq_err_to_kvr(int e)
     }
 }
 
+static void close_socket(void **sock)
+{
+    if (*sock != NULL) {
+        zmq_close(*sock);
+        *sock = NULL;
+    }
+}
+
+/* Closes the SUB and its monitor (stopping the monitor first, so no event is left queued). */
+static void close_sub(struct source *src)
+{
+    if (src->sub != NULL && src->mon != NULL)
+        zmq_socket_monitor(src->sub, NULL, 0);
+    close_socket(&src->mon);
+    close_socket(&src->sub);
+}
+
+/* Attaches a monitor to `sub` before it connects, so no connection event is missed: libzmq's
+ * PAIR is bound at a private inproc name and ours connects to it (inproc connects at once).
+ * Without a monitor the source still works; only reconnect detection is lost (logged once). */
+static void open_monitor(struct kvr_kvsub *s, struct source *src, void *sub)
+{
+    char addr[96];
+    snprintf(addr, sizeof(addr), "inproc://kvr-kvsub-mon-%p-%" PRIu64, (void *)s, ++s->mon_seq);
+    if (zmq_socket_monitor(sub, addr, MON_EVENTS) == -1) {
+        LOG_ONCE(s, src, LOG_MONITOR, KVR_KVSUB_WARN,
+                 "worker %" PRIu64 " rank %" PRIu32 ": no socket monitor (%s): reconnects go "
+                 "unnoticed",
+                 src->worker_id, src->dp_rank, zmq_strerror(zmq_errno()));
+        return;
+    }
+    void *pair = zmq_socket(s->ctx, ZMQ_PAIR);
+    int linger = 0;
+    if (pair != NULL)
+        zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof(linger));
+    if (pair == NULL || zmq_connect(pair, addr) == -1) {
+        LOG_ONCE(s, src, LOG_MONITOR, KVR_KVSUB_WARN,
+                 "worker %" PRIu64 " rank %" PRIu32 ": no socket monitor (%s): reconnects go "
+                 "unnoticed",
+                 src->worker_id, src->dp_rank, zmq_strerror(zmq_errno()));
+        if (pair != NULL)
+            zmq_close(pair);
+        zmq_socket_monitor(sub, NULL, 0);
+        return;
+    }
+    src->mon = pair;
+}
+
 static int open_sub(struct kvr_kvsub *s, struct source *src)
 {
     void *sock = zmq_socket(s->ctx, ZMQ_SUB);
@@ -259,15 +326,25 @@ static int open_sub(struct kvr_kvsub *s, struct source *src)
     set_common_opts(s, sock);
     int hwm = s->cfg.rcvhwm;
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    if (s->cfg.heartbeat_ms > 0) {
+        int ivl = s->cfg.heartbeat_ms, timeout = ivl * 3;
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof(ivl));
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof(timeout));
+    }
     int rc = zmq_setsockopt(sock, ZMQ_SUBSCRIBE, src->topic, src->topic_len);
-    if (rc == 0)
+    if (rc == 0) {
+        src->sub = sock;
+        open_monitor(s, src, sock);
         rc = src->bind ? zmq_bind(sock, src->endpoint) : zmq_connect(sock, src->endpoint);
+    }
     if (rc == -1) {
         int e = zmq_errno();
-        zmq_close(sock);
+        if (src->sub == sock)
+            close_sub(src);
+        else
+            zmq_close(sock);
         return zmq_err_to_kvr(e);
     }
-    src->sub = sock;
     return KVR_OK;
 }
 
@@ -284,14 +361,6 @@ static int open_dealer(struct kvr_kvsub *s, struct source *src)
     }
     src->dealer = sock;
     return KVR_OK;
-}
-
-static void close_socket(void **sock)
-{
-    if (*sock != NULL) {
-        zmq_close(*sock);
-        *sock = NULL;
-    }
 }
 
 /* Reads one multipart message without blocking: up to `max` frames are kept in f[] (each
@@ -370,7 +439,24 @@ static void clear_rank(struct kvr_kvsub *s, struct source *src, uint64_t seq)
         e->tier = KVR_TIER_DEVICE;
     }
     src->st.clears++;
+    src->fresh_clear = 1;
     deliver(s, src);
+}
+
+/* The publisher is a new process: its blocks start empty and its seq starts at 0. Clears the
+ * rank and expects seq 0 next, so a restart first seen at seq > 0 becomes a gap from 0. */
+static void restart(struct kvr_kvsub *s, struct source *src, uint64_t seq, const char *why)
+{
+    src->st.restarts++;
+    LOG_ONCE(s, src, LOG_RESTART, KVR_KVSUB_WARN,
+             "worker %" PRIu64 " rank %" PRIu32 ": publisher restart (%s): clearing the rank",
+             src->worker_id, src->dp_rank, why);
+    clear_rank(s, src, seq);
+    src->has_next = 1;
+    src->next = 0;
+    src->has_fp = 0;
+    src->has_no_retry = 0; /* a new stream: its gaps may be replayed afresh */
+    src->broken = 0;
 }
 
 /* Decodes, converts and delivers one batch; the seq counts as applied whatever happens. */
@@ -382,8 +468,15 @@ static void apply(struct kvr_kvsub *s, struct source *src, uint64_t seq, const u
     uint64_t unknown0 = src->st.dec.unknown_tag, dropped0 = src->st.dec.locality_dropped;
     src->has_seq = 1;
     src->last_seq = seq;
+    src->has_next = 1;
+    src->next = seq + 1;
+    src->fresh_clear = 0;
     src->st.has_seq = 1;
     src->st.last_seq = seq;
+    /* the fingerprint a reconnect probe compares against (only a replay endpoint can answer) */
+    src->has_fp = src->replay_endpoint != NULL;
+    if (src->has_fp)
+        src->fp = kvr_hash_xxh3(p, len, 0);
     int rc =
         kvr_emp_decode(&s->batch, p, len, &s->cfg.limits, &src->st.dec, &kind, err, sizeof(err));
     if (rc != KVR_OK) {
@@ -405,6 +498,8 @@ static void apply(struct kvr_kvsub *s, struct source *src, uint64_t seq, const u
     struct kvr_convert_opts o = src->conv;
     o.worker_id = src->worker_id;
     o.dp_rank = src->dp_rank;
+    o.default_lora = src->lora;
+    o.default_lora_len = src->lora != NULL ? (uint32_t)strlen(src->lora) : 0;
     uint64_t warn0 = kvr_convert_warnings(&src->st.conv);
     rc = kvr_convert_batch(&s->batch, seq, &o, &s->events, &src->st.conv);
     if (rc != KVR_OK) {
@@ -436,13 +531,15 @@ enum mode { LIVE, REPLAY, DRAIN };
 enum outcome { APPLIED, SKIPPED, DEFERRED };
 
 /* Appends a copy of the batch to the source's queue. */
-static int queue_push(struct source *src, uint64_t seq, const uint8_t *p, size_t len)
+static int queue_push(struct source *src, uint64_t seq, const uint8_t *p, size_t len,
+                      int after_break)
 {
     struct pending *q = malloc(sizeof(*q) + len);
     if (q == NULL)
         return KVR_ENOMEM;
     q->next = NULL;
     q->seq = seq;
+    q->after_break = after_break;
     q->len = len;
     if (len > 0)
         memcpy(q->payload, p, len);
@@ -474,6 +571,13 @@ static void queue_free(struct source *src)
         free(q);
 }
 
+/* Continuity is settled (a probe answered): no queued batch needs the after-break check. */
+static void queue_forget_breaks(struct source *src)
+{
+    for (struct pending *q = src->q_head; q != NULL; q = q->next)
+        q->after_break = 0;
+}
+
 static int start_replay(struct kvr_kvsub *s, struct source *src, uint64_t from)
 {
     if (src->dealer == NULL && open_dealer(s, src) != KVR_OK)
@@ -495,22 +599,25 @@ static int start_replay(struct kvr_kvsub *s, struct source *src, uint64_t from)
 static enum outcome process(struct kvr_kvsub *s, struct source *src, uint64_t seq, const uint8_t *p,
                             size_t len, enum mode mode)
 {
-    if (src->has_seq && seq <= src->last_seq) {
-        if (mode == REPLAY || (mode == DRAIN && seq >= src->replay_from)) {
-            src->st.replay_duplicates++;
-            return SKIPPED;
-        }
-        /* the publisher restarted (its seq starts at 0 per process): its old blocks are gone */
-        src->st.restarts++;
-        LOG_ONCE(s, src, LOG_RESTART, KVR_KVSUB_WARN,
-                 "worker %" PRIu64 " rank %" PRIu32 ": seq went back from %" PRIu64 " to %" PRIu64
-                 " (publisher restart): clearing the rank",
-                 src->worker_id, src->dp_rank, src->last_seq, seq);
-        clear_rank(s, src, seq);
-        src->has_seq = 0;
+    if (src->has_next && seq < src->next &&
+        (mode == REPLAY || (mode == DRAIN && seq >= src->replay_from))) {
+        src->st.replay_duplicates++; /* the replay already delivered it (or vice versa) */
+        return SKIPPED;
     }
-    if (src->has_seq && seq > src->last_seq + 1) {
-        uint64_t from = src->last_seq + 1, missing = seq - from;
+    if (mode != REPLAY && src->broken) {
+        /* the first live batch since the connection dropped: only `next` continues the stream */
+        src->broken = 0;
+        if (src->has_next && seq != src->next)
+            restart(s, src, seq,
+                    seq < src->next ? "seq went back after a reconnect"
+                                    : "seq jumped ahead after a reconnect");
+    }
+    if (src->has_next && seq < src->next) {
+        /* the publisher restarted (its seq starts at 0 per process): its old blocks are gone */
+        restart(s, src, seq, "seq went back");
+    }
+    if (src->has_next && seq > src->next) {
+        uint64_t from = src->next, missing = seq - from;
         int retry_blocked = src->has_no_retry && src->no_retry_from == from;
         if (mode != REPLAY && src->replay_endpoint != NULL && !retry_blocked) {
             src->st.gaps++;
@@ -531,7 +638,7 @@ static enum outcome process(struct kvr_kvsub *s, struct source *src, uint64_t se
                  "worker %" PRIu64 " rank %" PRIu32 ": %" PRIu64
                  " batches lost before seq %" PRIu64,
                  src->worker_id, src->dp_rank, missing, seq);
-        if (src->clear_on_loss)
+        if (src->clear_on_loss && !src->fresh_clear)
             clear_rank(s, src, seq);
     }
     apply(s, src, seq, p, len);
@@ -542,15 +649,19 @@ static enum outcome process(struct kvr_kvsub *s, struct source *src, uint64_t se
 static void finish_replay(struct kvr_kvsub *s, struct source *src, int failed)
 {
     src->replaying = 0;
+    src->probing = 0;
     /* whatever the replay delivered, never re-request the same start: count the rest lost */
     src->has_no_retry = 1;
-    src->no_retry_from = src->has_seq ? src->last_seq + 1 : 0;
+    src->no_retry_from = src->has_next ? src->next : 0;
     if (failed) {
         src->st.replay_failures++;
         close_socket(&src->dealer); /* late replies must not reach the next request */
     }
     struct pending *q;
     while (!src->replaying && (q = queue_pop(src)) != NULL) {
+        if (q->after_break)
+            src->broken = 1;
+        q->after_break = 0;
         if (process(s, src, q->seq, q->payload, q->len, DRAIN) == DEFERRED) {
             /* a new gap started a new replay: this batch waits at the front */
             q->next = src->q_head;
@@ -571,14 +682,17 @@ static void on_live(struct kvr_kvsub *s, struct source *src, uint64_t seq, const
      * is abandoned; every abandon applies at least the queue head (its gap start is then blocked
      * from replay), so this loop ends. */
     while (src->replaying) {
-        if (src->q_len < s->cfg.max_pending && queue_push(src, seq, p, len) == KVR_OK)
+        if (src->q_len < s->cfg.max_pending &&
+            queue_push(src, seq, p, len, src->broken) == KVR_OK) {
+            src->broken = 0; /* the queued batch carries the check */
             return;
+        }
         LOG_ONCE(s, src, LOG_REPLAY_FAILED, KVR_KVSUB_WARN,
                  "worker %" PRIu64 " rank %" PRIu32 ": replay too slow, %zu batches queued",
                  src->worker_id, src->dp_rank, src->q_len);
         finish_replay(s, src, 1);
     }
-    if (process(s, src, seq, p, len, LIVE) == DEFERRED && queue_push(src, seq, p, len) != KVR_OK)
+    if (process(s, src, seq, p, len, LIVE) == DEFERRED && queue_push(src, seq, p, len, 0) != KVR_OK)
         finish_replay(s, src, 1); /* cannot queue: give up the replay, apply what we have */
 }
 
@@ -597,13 +711,99 @@ static void recv_error(struct kvr_kvsub *s, struct source *src, int e)
     LOG_ONCE(s, src, LOG_RECV, KVR_KVSUB_WARN,
              "worker %" PRIu64 " rank %" PRIu32 ": receive failed on %s: %s", src->worker_id,
              src->dp_rank, src->endpoint, zmq_strerror(e));
-    close_socket(&src->sub);
+    close_sub(src);
+    src->broken = 1; /* whatever was published until the new socket connects is not seen */
     src->retry_at = now_ms() + backoff_ms(src->consecutive_errors);
+}
+
+/* A reconnect probe: a fresh DEALER (the old one may sit in libzmq's reconnect backoff) asks
+ * for everything from the last applied seq; on_dealer_readable judges the first reply. */
+static void start_probe(struct kvr_kvsub *s, struct source *src)
+{
+    close_socket(&src->dealer);
+    if (start_replay(s, src, src->last_seq) != KVR_OK)
+        return; /* decided by the first live batch instead */
+    src->probing = 1;
+    src->probe_valid = 1;
+    src->probe_seq = src->last_seq;
+    src->st.restart_probes++;
+}
+
+/* Monitor events of the SUB (frame 0: u16 event, u32 value, native byte order). */
+static void on_monitor(struct kvr_kvsub *s, struct source *src)
+{
+    for (int burst = 0; burst < MAX_BURST && src->mon != NULL; burst++) {
+        zmq_msg_t f[2];
+        int n = 0, e = 0;
+        int rc = recv_multipart(src->mon, f, 2, &n, &e);
+        if (rc == 0)
+            return;
+        if (rc < 0) {
+            close_socket(&src->mon);
+            return;
+        }
+        uint16_t ev = 0;
+        if (zmq_msg_size(&f[0]) >= 6)
+            memcpy(&ev, zmq_msg_data(&f[0]), sizeof(ev));
+        close_frames(f, n < 2 ? n : 2);
+        if (ev == ZMQ_EVENT_DISCONNECTED) {
+            src->st.disconnects++;
+            src->dirty = 1;
+            src->broken = 1;
+            src->probe_valid = 0; /* a probe in flight may have reached the old publisher */
+            LOG_ONCE(s, src, LOG_DISCONNECT, KVR_KVSUB_INFO,
+                     "worker %" PRIu64 " rank %" PRIu32 ": disconnected from %s; the first "
+                     "batch after the reconnect is checked for a publisher restart",
+                     src->worker_id, src->dp_rank, src->endpoint);
+        } else if ((ev == ZMQ_EVENT_CONNECTED || ev == ZMQ_EVENT_ACCEPTED) && src->broken &&
+                   src->has_fp && src->replay_endpoint != NULL && !src->replaying) {
+            start_probe(s, src);
+            src->dirty = 1;
+        }
+    }
+}
+
+/* The probe's first reply (seq, payload; end = the end marker came first). Returns 1 when the
+ * reply was consumed (a restart: a new replay from 0 is in flight), 0 to handle it as a plain
+ * replay reply. */
+static int judge_probe(struct kvr_kvsub *s, struct source *src, uint64_t seq, const void *p,
+                       size_t len, int end)
+{
+    src->probing = 0;
+    if (!src->probe_valid)
+        return 0; /* another disconnect since: inconclusive, the live rule decides */
+    if (!end && seq == src->probe_seq && src->has_fp && kvr_hash_xxh3(p, len, 0) == src->fp) {
+        /* the same publisher: the replay goes on and fills whatever the outage lost */
+        src->broken = 0;
+        queue_forget_breaks(src);
+        LOG_ONCE(s, src, LOG_PROBE_SAME, KVR_KVSUB_INFO,
+                 "worker %" PRIu64 " rank %" PRIu32 ": reconnected to the same publisher",
+                 src->worker_id, src->dp_rank);
+        return 0;
+    }
+    char why[96];
+    if (end)
+        snprintf(why, sizeof(why), "reconnect probe: the publisher has no batch %" PRIu64,
+                 src->probe_seq);
+    else if (seq != src->probe_seq)
+        snprintf(why, sizeof(why), "reconnect probe: batch %" PRIu64 " answered by %" PRIu64,
+                 src->probe_seq, seq);
+    else
+        snprintf(why, sizeof(why), "reconnect probe: batch %" PRIu64 " differs", seq);
+    restart(s, src, 0, why);
+    queue_forget_breaks(src);
+    close_socket(&src->dealer); /* the rest of the probe's replies must not arrive */
+    if (start_replay(s, src, 0) != KVR_OK)
+        finish_replay(s, src, 1); /* the queued batches apply; the new life's start is lost */
+    return 1;
 }
 
 static void on_sub_readable(struct kvr_kvsub *s, struct source *src)
 {
     for (int burst = 0; burst < MAX_BURST && src->sub != NULL; burst++) {
+        /* connection events first: a disconnect must be known before the batch after it */
+        if (src->mon != NULL)
+            on_monitor(s, src);
         zmq_msg_t f[3];
         int n = 0, e = 0;
         int rc = recv_multipart(src->sub, f, 3, &n, &e);
@@ -675,6 +875,11 @@ static void on_dealer_readable(struct kvr_kvsub *s, struct source *src)
             continue;
         }
         src->replay_deadline = now_ms() + (int64_t)s->cfg.replay_timeout_ms;
+        if (src->probing && judge_probe(s, src, seq, zmq_msg_data(payload), zmq_msg_size(payload),
+                                        seq == END_SEQ || zmq_msg_size(payload) == 0)) {
+            close_frames(f, kept);
+            return; /* the DEALER was replaced */
+        }
         if (seq == END_SEQ || zmq_msg_size(payload) == 0) {
             close_frames(f, kept);
             finish_replay(s, src, 0);
@@ -705,6 +910,7 @@ static void on_timers(struct kvr_kvsub *s, int64_t now)
         if (src->sub == NULL && now >= src->retry_at) {
             src->st.reconnects++;
             src->dirty = 1;
+            src->broken = 1;
             if (open_sub(s, src) != KVR_OK)
                 src->retry_at = now + backoff_ms(++src->consecutive_errors);
         }
@@ -730,12 +936,13 @@ static void source_free(struct source *src)
 {
     if (src == NULL)
         return;
-    close_socket(&src->sub);
+    close_sub(src);
     close_socket(&src->dealer);
     queue_free(src);
     free(src->endpoint);
     free(src->replay_endpoint);
     free(src->topic);
+    free(src->lora);
     free(src);
 }
 
@@ -779,6 +986,9 @@ static int cmd_add(struct kvr_kvsub *s, const struct kvr_kvsub_source_config *cf
     int rc = rank_endpoint_dup(cfg->endpoint, cfg, &src->endpoint);
     if (rc == KVR_OK && cfg->replay_endpoint != NULL)
         rc = rank_endpoint_dup(cfg->replay_endpoint, cfg, &src->replay_endpoint);
+    if (rc == KVR_OK && cfg->lora_name != NULL && cfg->lora_name[0] != '\0' &&
+        (src->lora = dup_str(cfg->lora_name)) == NULL)
+        rc = KVR_ENOMEM;
     if (rc == KVR_OK && cfg->topic_len > 0) {
         src->topic = malloc(cfg->topic_len);
         if (src->topic == NULL)
@@ -912,7 +1122,7 @@ static void publish_stats(struct kvr_kvsub *s)
 
 /* ==== the thread ============================================================================= */
 
-enum { ITEM_SUB = 1, ITEM_DEALER = 2 };
+enum { ITEM_SUB = 1, ITEM_DEALER = 2, ITEM_MON = 3 };
 
 static void *thread_main(void *arg)
 {
@@ -922,7 +1132,7 @@ static void *thread_main(void *arg)
     int *what = NULL;
     size_t cap = 0;
     for (;;) {
-        size_t need = 1 + 2 * s->n_src;
+        size_t need = 1 + 3 * s->n_src;
         if (need > cap) {
             zmq_pollitem_t *i2 = realloc(items, need * sizeof(*i2));
             if (i2 != NULL)
@@ -949,8 +1159,10 @@ static void *thread_main(void *arg)
         n++;
         for (size_t k = 0; k < s->n_src; k++) {
             struct source *src = s->src[k];
-            void *socks[2] = {src->sub, src->dealer};
-            for (int t = 0; t < 2; t++) {
+            /* the monitor before its SUB: a disconnect is handled before the batch after it */
+            void *socks[3] = {src->mon, src->sub, src->dealer};
+            static const int kinds[3] = {ITEM_MON, ITEM_SUB, ITEM_DEALER};
+            for (int t = 0; t < 3; t++) {
                 if (socks[t] == NULL)
                     continue;
                 items[n].socket = socks[t];
@@ -958,7 +1170,7 @@ static void *thread_main(void *arg)
                 items[n].events = ZMQ_POLLIN;
                 items[n].revents = 0;
                 owner[n] = src;
-                what[n] = t == 0 ? ITEM_SUB : ITEM_DEALER;
+                what[n] = kinds[t];
                 n++;
             }
         }
@@ -973,6 +1185,8 @@ static void *thread_main(void *arg)
                 on_sub_readable(s, owner[k]);
             else if (what[k] == ITEM_DEALER && owner[k]->dealer == items[k].socket)
                 on_dealer_readable(s, owner[k]);
+            else if (what[k] == ITEM_MON && owner[k]->mon == items[k].socket)
+                on_monitor(s, owner[k]);
         }
         on_timers(s, now_ms());
         publish_stats(s);
@@ -1003,6 +1217,8 @@ int kvr_kvsub_new(const struct kvr_kvsub_config *cfg, kvr_kvsub_t **out)
         s->cfg.max_msg_size = 64 << 20;
     if (s->cfg.rcvhwm == 0)
         s->cfg.rcvhwm = 100000;
+    if (s->cfg.heartbeat_ms == 0)
+        s->cfg.heartbeat_ms = HEARTBEAT_MS;
     s->wake[0] = s->wake[1] = -1;
     kvr_alloc_init(&s->alloc);
     kvr_emp_batch_init(&s->batch, &s->alloc);

@@ -158,7 +158,14 @@ static void source_family(struct srv_prom *p, struct srv *s, const char *name, c
 
 /* Per-source families with an extra label: events by kind, decode errors by kind, dialects seen,
  * the last sequence number. One pass per family over the sources (scrapes are rare). */
-enum source_extra { SX_EVENTS, SX_DECODE_ERRORS, SX_DIALECTS, SX_LAST_SEQ };
+enum source_extra {
+    SX_EVENTS,
+    SX_DECODE_ERRORS,
+    SX_DECODE_DIALECT,
+    SX_TIERS,
+    SX_DIALECTS,
+    SX_LAST_SEQ
+};
 
 struct sxctx {
     struct srv_prom *p;
@@ -196,6 +203,23 @@ static void source_extra_sample(void *ctx, struct srv_worker *w)
                 l[3].name = "kind";
                 l[3].value = kvr_emp_error_name(e);
                 srv_prom_u64(c->p, c->name, l, 4, st.dec.errors[e]);
+            }
+            break;
+        case SX_DECODE_DIALECT: {
+            /* failed_by_dialect: [0] before any dialect could be told, [1..3] A, B, C */
+            static const char *const fd[4] = {"unknown", "A", "B", "C"};
+            for (int d = 0; d < 4; d++) {
+                l[3].name = "dialect";
+                l[3].value = fd[d];
+                srv_prom_u64(c->p, c->name, l, 4, st.dec.failed_by_dialect[d]);
+            }
+            break;
+        }
+        case SX_TIERS:
+            for (int t = 0; t < KVR_TIER_COUNT_; t++) {
+                l[3].name = "tier";
+                l[3].value = kvr_tier_name(t);
+                srv_prom_u64(c->p, c->name, l, 4, st.conv.tier[t]);
             }
             break;
         case SX_DIALECTS:
@@ -557,8 +581,15 @@ void srv_api_metrics(struct srv_hreq *h)
                   "Batches the msgpack decoder rejected.",
                   offsetof(struct kvr_kvsub_stats, decode_errors));
     source_family(&p, s, "kvrouter_kv_source_restarts_total",
-                  "Publisher restarts (sequence went backwards; the rank was cleared).",
+                  "Publisher restarts (sequence went back, or the stream did not continue after a "
+                  "reconnect); the rank was cleared.",
                   offsetof(struct kvr_kvsub_stats, restarts));
+    source_family(&p, s, "kvrouter_kv_source_disconnects_total",
+                  "Connections to the publisher lost (socket monitor; heartbeat timeouts too).",
+                  offsetof(struct kvr_kvsub_stats, disconnects));
+    source_family(&p, s, "kvrouter_kv_source_restart_probes_total",
+                  "Reconnect probes sent to the replay endpoint (same publisher or a restart?).",
+                  offsetof(struct kvr_kvsub_stats, restart_probes));
     source_family(&p, s, "kvrouter_kv_source_replay_requests_total",
                   "Replay requests sent to the worker's replay socket after a gap.",
                   offsetof(struct kvr_kvsub_stats, replay_requests));
@@ -569,6 +600,14 @@ void srv_api_metrics(struct srv_hreq *h)
                         "Index events delivered by a ZMQ source, by kind.", SX_EVENTS);
     source_extra_family(&p, s, "kvrouter_kv_source_decode_errors_by_kind_total", "counter",
                         "Batches the msgpack decoder rejected, by error kind.", SX_DECODE_ERRORS);
+    source_extra_family(&p, s, "kvrouter_kv_source_decode_errors_by_dialect_total", "counter",
+                        "Batches the msgpack decoder rejected, by the dialect seen before the "
+                        "error (unknown: none could be told yet).",
+                        SX_DECODE_DIALECT);
+    source_extra_family(&p, s, "kvrouter_kv_source_tier_events_total", "counter",
+                        "Stored and removed index events converted from a ZMQ source, by storage "
+                        "tier (medium); only device events feed the primary index.",
+                        SX_TIERS);
     source_extra_family(&p, s, "kvrouter_kv_source_dialect_seen", "gauge",
                         "1 once the source has sent a batch in this msgpack dialect "
                         "(A positional, B map events, C map batch).",

@@ -254,8 +254,11 @@ static void sub_log(void *ctx, int level, const char *msg)
 
 int srv_model_subscribe(struct srv_models *ms, struct srv_model *m, uint64_t worker_id,
                         uint32_t dp_rank, const char *endpoint, const char *replay,
-                        uint32_t *sub_id, char *err, size_t err_len)
+                        const char *topic, const char *lora, uint32_t *sub_id, char *err,
+                        size_t err_len)
 {
+    if (topic == NULL)
+        topic = m->kv_topic;
     int rc = KVR_OK;
     pthread_mutex_lock(&ms->mu);
     if (ms->zmq_ctx == NULL && (ms->zmq_ctx = zmq_ctx_new()) == NULL)
@@ -282,9 +285,10 @@ int srv_model_subscribe(struct srv_models *ms, struct srv_model *m, uint64_t wor
                                               .block_size = m->block_size,
                                               .endpoint = endpoint,
                                               .replay_endpoint = replay,
-                                              .topic = m->kv_topic,
-                                              .topic_len = m->kv_topic ? strlen(m->kv_topic) : 0,
-                                              .clear_on_loss = 1};
+                                              .topic = topic,
+                                              .topic_len = topic ? strlen(topic) : 0,
+                                              .clear_on_loss = 1,
+                                              .lora_name = lora};
         rc = kvr_kvsub_add(m->sub, &src, sub_id);
         if (rc == KVR_EEXIST)
             snprintf(err, err_len, "worker %llu dp_rank %u is already subscribed in %s",

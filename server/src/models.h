@@ -126,12 +126,14 @@ struct srv_model *srv_models_of_request(struct srv_models *ms, uint64_t request_
 /* A fresh request id for m. */
 uint64_t srv_model_next_request_id(struct srv_model *m);
 
-/* Subscribes the model's index to a worker rank's ZMQ KV events (endpoint/replay borrowed;
- * replay may be NULL). *sub_id receives the source id. KVR_OK, KVR_EEXIST (that rank is already
- * subscribed), KVR_EINVAL (bad endpoint; err says why), KVR_EIO, KVR_ENOMEM. */
+/* Subscribes the model's index to a worker rank's ZMQ KV events (strings borrowed; replay may be
+ * NULL; topic NULL = the model's topic, "" = every message; lora NULL = none: the LoRA of stores
+ * whose event names none). *sub_id receives the source id. KVR_OK, KVR_EEXIST (that rank is
+ * already subscribed), KVR_EINVAL (bad endpoint; err says why), KVR_EIO, KVR_ENOMEM. */
 int srv_model_subscribe(struct srv_models *ms, struct srv_model *m, uint64_t worker_id,
                         uint32_t dp_rank, const char *endpoint, const char *replay,
-                        uint32_t *sub_id, char *err, size_t err_len);
+                        const char *topic, const char *lora, uint32_t *sub_id, char *err,
+                        size_t err_len);
 
 /* Removes a source (KVR_OK or KVR_ENOTFOUND). */
 int srv_model_unsubscribe(struct srv_model *m, uint32_t sub_id);

@@ -56,8 +56,9 @@ int srv_reg_add(struct srv *s, struct srv_model *m, const struct srv_reg_spec *s
             status = 503;
             break;
         }
-        rc = srv_model_subscribe(&s->models, m, spec->id, rank, ep,
-                                 spec->replay != NULL ? rp : NULL, &subs[k], err, err_len);
+        const char *rep = spec->replay != NULL ? rp : NULL;
+        rc = srv_model_subscribe(&s->models, m, spec->id, rank, ep, rep, spec->topic, spec->lora,
+                                 &subs[k], err, err_len);
         if (rc != KVR_OK) {
             status = rc == KVR_EEXIST ? 409 : rc == KVR_EINVAL ? 400 : 503;
             break;

@@ -24,6 +24,8 @@ struct srv_reg_spec {
     const char *labels;  /* or NULL */
     const char *zmq;     /* rank `first_rank`'s endpoint (or rank 0's with offset), or NULL */
     const char *replay;  /* or NULL */
+    const char *topic;   /* ZMQ topic prefix; NULL = the model's; "" = every message */
+    const char *lora;    /* LoRA of stored blocks whose events name none, or NULL */
     uint32_t first_rank; /* /register: the rank */
     uint32_t n_ranks;    /* ranks first_rank .. first_rank + n_ranks - 1 */
     int offset_by_rank;  /* /v1/workers: rank k's endpoints are rank 0's shifted by k */

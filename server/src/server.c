@@ -50,6 +50,8 @@ static int setup_workers(struct srv *s, char *err, size_t err_len)
                                     .labels = wc->labels,
                                     .zmq = wc->zmq,
                                     .replay = wc->replay,
+                                    .topic = wc->topic,
+                                    .lora = wc->lora,
                                     .first_rank = 0,
                                     .n_ranks = wc->dp_size,
                                     .offset_by_rank = 1,

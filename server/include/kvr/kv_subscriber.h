@@ -15,21 +15,43 @@
  * and so is the replay endpoint). Per message (§2): exactly 3 frames and an 8-byte big-endian seq,
  * else counted and skipped. Sequence rules:
  *
- *   seq == last + 1 (or the first message)  apply
- *   seq >  last + 1 (gap)                   replay endpoint: DEALER request from last + 1, live
+ *   seq == next (or the first message)      apply (next = the seq after the last applied one)
+ *   seq >  next (gap)                       replay endpoint: DEALER request from next, live
  *                                           messages queue until the end marker (both reply forms,
  *                                           2- and 3-frame; end = seq ff*8 or empty payload) or a
  *                                           timeout; then they apply in order, duplicates dropped.
  *                                           No replay endpoint (or replay could not fill it):
  *                                           the missing batches are counted as lost.
- *   seq <= last (publisher restart)         a `cleared` event for the rank first, then apply.
+ *   seq <  next (publisher restart)         a `cleared` event for the rank, then next = 0 (engines
+ *                                           number batches from 0 per process), so a restart seen
+ *                                           at seq > 0 is a gap from 0: replayed or counted lost.
+ *
+ * Restarts behind a reconnect. A restarted publisher may publish before the SUB reconnects (libzmq
+ * backs off up to 5 s); those batches never reach the SUB, so "seq went back" would miss it and
+ * the new process's seq would pass for a gap in the old stream. So every SUB has a socket monitor
+ * (ZMQ_EVENT_DISCONNECTED / CONNECTED / ACCEPTED, read before each live message) and ZMTP
+ * heartbeats (a silent peer, e.g. a crashed host, is dropped after 3 intervals). After a
+ * disconnect the stream is "broken":
+ *   - on reconnect, with a replay endpoint and a batch applied, a probe: a replay request from
+ *     the last applied seq. The same publisher still holds that batch: its reply must carry the
+ *     same payload (an XXH3 fingerprint is kept of the last applied batch); then the replay just
+ *     goes on and fills whatever the outage lost. Anything else (another payload at that seq, no
+ *     such batch, a later first batch) means a new publisher: clear the rank and replay from 0.
+ *     This catches a restart before the new process publishes anything. A probe that times out
+ *     decides nothing (the rule below applies);
+ *   - the first live batch after the break: seq == next is a continuation; anything else is a
+ *     restart (clear, next = 0, then the gap rule). Without a replay endpoint, a restarted
+ *     publisher whose first batch seen happens to be exactly `next` cannot be told apart.
+ * Batches published between a probe's request and the subscription taking effect are counted
+ * lost (one replay per gap episode).
  *
  * A batch is decoded (kvr/event_msgpack.h), converted (kvr/event_convert.h; event_id = seq, the
  * batch's dp rank overriding the registered one) and handed to the sink in one call. A malformed
  * batch is counted by kind and dialect and skipped; its seq still counts as seen. Each problem
  * kind is logged once per source; conversion warnings at most 3 times per source.
  * Reconnects: libzmq reconnects with exponential backoff (100 ms doubling to 5 s); a socket whose
- * receive fails is re-created after min(10 ms x 2^min(n, 8), 5 s) for the n-th consecutive error.
+ * receive fails is re-created after min(10 ms x 2^min(n, 8), 5 s) for the n-th consecutive error
+ * (the stream counts as broken then too).
  *
  * Thread-safety: every kvr_kvsub_* function may be called from any thread EXCEPT from inside the
  * sink or log callbacks (they run on the subscriber thread, which would wait for itself).
@@ -66,6 +88,8 @@ struct kvr_kvsub_config {
     uint32_t max_pending;         /* live batches queued during a replay; 0 = 10000 */
     int64_t max_msg_size;         /* ZMQ_MAXMSGSIZE per frame; 0 = 64 MiB; -1 = unlimited */
     int rcvhwm;                   /* ZMQ_RCVHWM; 0 = 100000 */
+    int heartbeat_ms; /* ZMTP heartbeat interval of SUB sockets; a peer silent for 3 intervals
+                       * is dropped (and reconnected). 0 = 5000; negative = off */
 };
 
 struct kvr_kvsub_source_config {
@@ -76,9 +100,11 @@ struct kvr_kvsub_source_config {
     const char *replay_endpoint; /* engine ROUTER endpoint, or NULL (copied) */
     const void *topic;           /* prefix filter on frame 0; NULL/empty = everything (copied) */
     size_t topic_len;
-    int offset_by_rank; /* endpoints are rank 0's: shift them by dp_rank (§1) */
-    int bind;           /* bind the SUB (publishers that connect); implied by '*' in endpoint */
-    int clear_on_loss;  /* after an unrecoverable gap, clear the rank before going on */
+    int offset_by_rank;    /* endpoints are rank 0's: shift them by dp_rank (§1) */
+    int bind;              /* bind the SUB (publishers that connect); implied by '*' in endpoint */
+    int clear_on_loss;     /* after an unrecoverable gap, clear the rank before going on */
+    const char *lora_name; /* LoRA of stored blocks whose event names none (copied; NULL or ""
+                            * = none): salts the router's re-hashing (hashing.md §2) */
     struct kvr_convert_opts conv; /* eagle, no_namespace, image token, group filter;
                                    * its worker_id, dp_rank and block_size are ignored */
 };
@@ -101,7 +127,10 @@ struct kvr_kvsub_stats {
     uint64_t replay_duplicates;       /* replayed or queued batches already applied */
     uint64_t replay_failures;         /* replays abandoned (timeout, queue overflow) */
     uint64_t replay_malformed;        /* replay replies of an unexpected shape */
-    uint64_t restarts;                /* publisher restarts (seq went backwards) */
+    uint64_t restarts;                /* publisher restarts (seq went back, a seq other than the
+                                       * next after a reconnect, or a failed reconnect probe) */
+    uint64_t disconnects;             /* connections the SUB lost (socket monitor) */
+    uint64_t restart_probes;          /* reconnect probes sent to the replay endpoint */
     uint64_t clears;                  /* rank clears issued by the subscriber (restart, loss) */
     uint64_t sink_errors;             /* sink calls that returned non-zero */
     uint64_t recv_errors;             /* failed receives */

@@ -2,12 +2,17 @@
  * in-test engine stand-in: an XPUB (a PUB that also reports subscriptions, so tests start
  * publishing only once the SUB is attached) and a ROUTER replay socket, on tcp://127.0.0.1 with
  * ephemeral ports or on inproc://. Spec: engine-events.md §2, §3, §10.5, §10.6, §10.14. */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "kvr/err.h"
@@ -182,10 +187,11 @@ static void send_frames(void *sock, const void *const *data, const size_t *len, 
         ck_assert_int_ge(zmq_send(sock, data[k], len[k], k + 1 < n ? ZMQ_SNDMORE : 0), 0);
 }
 
-/* A one-event batch: BlockStored of hash `1000 + seq`, tokens 4 * seq + 1 .. + 4, bs 4. */
-static uint8_t *payload_for(struct engine *e, uint64_t seq, size_t *len)
+/* A one-event batch of publisher life `life`: BlockStored of hash `1000 + 100 * life + seq`,
+ * tokens 4 * seq + 1 .. + 4, bs 4. */
+static uint8_t *payload_life(struct engine *e, uint64_t seq, unsigned life, size_t *len)
 {
-    uint64_t h = 1000 + seq;
+    uint64_t h = 1000 + 100 * (uint64_t)life + seq;
     uint32_t tok[4];
     for (uint32_t t = 0; t < 4; t++)
         tok[t] = (uint32_t)(4 * seq + 1 + t);
@@ -203,12 +209,18 @@ static uint8_t *payload_for(struct engine *e, uint64_t seq, size_t *len)
     ev.medium.len = 3;
     struct kvr_emp_batch b;
     memset(&b, 0, sizeof(b));
-    b.ts = (double)seq;
+    b.ts = (double)seq + 0.5 * life;
     b.n = 1;
     b.ev = &ev;
     uint8_t *out = NULL;
     ck_assert_int_eq(kvr_emp_encode(&b, KVR_EMP_ERA_B, &e->a, &out, len), KVR_OK);
     return out;
+}
+
+/* The first life's batch (the one most tests use). */
+static uint8_t *payload_for(struct engine *e, uint64_t seq, size_t *len)
+{
+    return payload_life(e, seq, 0, len);
 }
 
 static void publish_raw(struct engine *e, const char *topic, uint64_t seq, const uint8_t *p,
@@ -221,15 +233,46 @@ static void publish_raw(struct engine *e, const char *topic, uint64_t seq, const
     send_frames(e->pub, d, l, 3);
 }
 
-static void publish(struct engine *e, uint64_t seq)
+static void publish_life(struct engine *e, uint64_t seq, unsigned life)
 {
     size_t len;
-    uint8_t *p = payload_for(e, seq, &len);
+    uint8_t *p = payload_life(e, seq, life, &len);
     publish_raw(e, TOPIC, seq, p, len);
     kvr_free(&e->a, p);
 }
 
-/* Receives one replay request on the ROUTER: returns its start seq, and the identity. */
+static void publish(struct engine *e, uint64_t seq)
+{
+    publish_life(e, seq, 0);
+}
+
+/* Binds a fresh socket of `type` at `ep` (retrying while the closed one still holds the port). */
+static void *rebind(void *ctx, int type, const char *ep)
+{
+    void *sock = zmq_socket(ctx, type);
+    int linger = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+    int rc = -1;
+    for (int t = 0; t < 200 && (rc = zmq_bind(sock, ep)) != 0; t++)
+        sleep_ms(5);
+    ck_assert_msg(rc == 0, "cannot re-bind %s: %s", ep, zmq_strerror(zmq_errno()));
+    return sock;
+}
+
+/* The publisher goes away and comes back on the same endpoints: with new_router a new process
+ * (its replay ring starts empty), otherwise the same process whose PUB connection broke. */
+static void engine_rebind(struct engine *e, int new_router)
+{
+    zmq_close(e->pub);
+    e->pub = rebind(e->ctx, ZMQ_XPUB, e->ep);
+    if (new_router && e->router != NULL) {
+        zmq_close(e->router);
+        e->router = rebind(e->ctx, ZMQ_ROUTER, e->rep);
+    }
+}
+
+/* Receives one replay request on the ROUTER: returns its start seq, and the identity
+ * (UINT64_MAX if none came within timeout_ms). */
 static uint64_t router_request(struct engine *e, uint8_t *id, size_t *id_len, int timeout_ms)
 {
     zmq_pollitem_t it = {e->router, 0, ZMQ_POLLIN, 0};
@@ -274,6 +317,19 @@ static void router_reply(struct engine *e, const uint8_t *id, size_t id_len, int
     d[n] = s, l[n++] = 8;
     d[n] = p ? (const void *)p : "", l[n++] = p ? len : 0;
     send_frames(e->router, d, l, n);
+}
+
+/* Replies with batches [from, to] of publisher life `life`, then the end marker. */
+static void router_reply_range(struct engine *e, const uint8_t *id, size_t id_len, uint64_t from,
+                               uint64_t to, unsigned life)
+{
+    for (uint64_t seq = from; seq <= to; seq++) {
+        size_t len;
+        uint8_t *p = payload_life(e, seq, life, &len);
+        router_reply(e, id, id_len, 1, seq, p, len);
+        kvr_free(&e->a, p);
+    }
+    router_reply(e, id, id_len, 1, 0, NULL, 0);
 }
 
 /* ==== fixture ================================================================================ */
@@ -727,6 +783,312 @@ START_TEST(test_api_errors)
 }
 END_TEST
 
+/* ==== restarts behind a reconnect ============================================================= */
+
+/* Waits until pred(stats) holds. */
+static struct kvr_kvsub_stats wait_stats(kvr_kvsub_t *s, uint32_t id,
+                                         int (*pred)(const struct kvr_kvsub_stats *),
+                                         const char *what)
+{
+    struct kvr_kvsub_stats st;
+    for (int t = 0; t < WAIT_MS / 5; t++) {
+        ck_assert_int_eq(kvr_kvsub_stats(s, id, &st), KVR_OK);
+        if (pred(&st))
+            return st;
+        sleep_ms(5);
+    }
+    ck_abort_msg("timed out waiting for %s", what);
+    return st;
+}
+
+static int disconnected(const struct kvr_kvsub_stats *st)
+{
+    return st->disconnects >= 1;
+}
+
+/* Checks event k: kind, first block hash (stored) and event id. */
+static void assert_event(struct collector *c, size_t k, int kind, uint64_t first, uint64_t id)
+{
+    pthread_mutex_lock(&c->mu);
+    ck_assert_uint_gt(c->n, k);
+    struct got g = c->ev[k];
+    pthread_mutex_unlock(&c->mu);
+    ck_assert_int_eq(g.kind, kind);
+    ck_assert_uint_eq(g.worker_id, 7);
+    ck_assert_uint_eq(g.dp_rank, 0);
+    if (kind == KVR_EVENT_STORED) {
+        ck_assert_uint_eq(g.first, first);
+        ck_assert_uint_eq(g.event_id, id);
+    }
+}
+
+/* The bug this guards against: a publisher restarted while the SUB was away publishes before the
+ * SUB is back, so the first batch seen is not seq 0 and "seq went back" never fires; its seq 3
+ * was taken for a gap in the old stream and the old blocks stayed. Now: the disconnect is seen,
+ * the first batch after it is not `next` (2), so the rank is cleared and the new life's 0..2
+ * are counted lost (no replay endpoint). */
+START_TEST(test_reconnect_restart_without_replay)
+{
+    struct fx f;
+    fx_start(&f, 0, 0);
+    publish(&f.e, 0);
+    publish(&f.e, 1);
+    ck_assert(wait_events(&f.c, 2));
+    engine_rebind(&f.e, 1);
+    for (uint64_t seq = 0; seq < 3; seq++)
+        publish_life(&f.e, seq, 1); /* nobody subscribed yet: never seen */
+    engine_wait_subscribed(&f.e);
+    publish_life(&f.e, 3, 1);
+    ck_assert(wait_events(&f.c, 4));
+    struct kvr_kvsub_stats st = wait_handled(f.s, f.id, 3);
+    assert_event(&f.c, 0, KVR_EVENT_STORED, 1000, 0);
+    assert_event(&f.c, 1, KVR_EVENT_STORED, 1001, 1);
+    assert_event(&f.c, 2, KVR_EVENT_CLEARED, 0, 0);
+    assert_event(&f.c, 3, KVR_EVENT_STORED, 1103, 3);
+    ck_assert_uint_eq(n_events(&f.c), 4);
+    ck_assert_uint_eq(st.disconnects, 1);
+    ck_assert_uint_eq(st.restarts, 1);
+    ck_assert_uint_eq(st.clears, 1);
+    ck_assert_uint_eq(st.lost_batches, 3); /* the new life's 0, 1 and 2 */
+    ck_assert_uint_eq(st.restart_probes, 0);
+    ck_assert_uint_eq(st.last_seq, 3);
+    ck_assert_uint_eq(logs_containing(&f.c, "seq jumped ahead after a reconnect"), 1);
+    fx_stop(&f);
+}
+END_TEST
+
+/* After a disconnect the batch `next` continues the stream: no clear. */
+START_TEST(test_reconnect_continuation)
+{
+    struct fx f;
+    fx_start(&f, 0, 0);
+    publish(&f.e, 0);
+    publish(&f.e, 1);
+    ck_assert(wait_events(&f.c, 2));
+    engine_rebind(&f.e, 0);
+    engine_wait_subscribed(&f.e);
+    wait_stats(f.s, f.id, disconnected, "the disconnect");
+    publish(&f.e, 2);
+    ck_assert(wait_events(&f.c, 3));
+    struct kvr_kvsub_stats st = wait_handled(f.s, f.id, 3);
+    const uint64_t want[] = {0, 1, 2};
+    assert_event_ids(&f.c, want, 3);
+    ck_assert_uint_eq(st.disconnects, 1);
+    ck_assert_uint_eq(st.restarts + st.clears + st.lost_batches + st.gaps, 0);
+    fx_stop(&f);
+}
+END_TEST
+
+/* With a replay endpoint the reconnect itself is probed: a request from the last applied seq
+ * (1). A new process answers with another batch 1: the rank is cleared at once and the new
+ * life is replayed from 0, so nothing it published before the SUB came back is lost. */
+START_TEST(test_reconnect_probe_detects_restart)
+{
+    struct fx f;
+    fx_start(&f, 1, 0);
+    publish(&f.e, 0);
+    publish(&f.e, 1);
+    ck_assert(wait_events(&f.c, 2));
+    engine_rebind(&f.e, 1);
+    for (uint64_t seq = 0; seq < 3; seq++)
+        publish_life(&f.e, seq, 1); /* never seen live */
+    uint8_t id[256];
+    size_t id_len;
+    ck_assert_uint_eq(router_request(&f.e, id, &id_len, WAIT_MS), 1); /* the probe */
+    router_reply_range(&f.e, id, id_len, 1, 2, 1);
+    ck_assert_uint_eq(router_request(&f.e, id, &id_len, WAIT_MS), 0); /* the new life, whole */
+    router_reply_range(&f.e, id, id_len, 0, 2, 1);
+    ck_assert(wait_events(&f.c, 6));
+    engine_wait_subscribed(&f.e);
+    publish_life(&f.e, 3, 1);
+    ck_assert(wait_events(&f.c, 7));
+    struct kvr_kvsub_stats st = wait_handled(f.s, f.id, 6);
+    assert_event(&f.c, 0, KVR_EVENT_STORED, 1000, 0);
+    assert_event(&f.c, 1, KVR_EVENT_STORED, 1001, 1);
+    assert_event(&f.c, 2, KVR_EVENT_CLEARED, 0, 0);
+    for (uint64_t k = 0; k < 4; k++)
+        assert_event(&f.c, 3 + k, KVR_EVENT_STORED, 1100 + k, k);
+    ck_assert_uint_eq(n_events(&f.c), 7);
+    ck_assert_uint_eq(st.restarts, 1);
+    ck_assert_uint_eq(st.restart_probes, 1);
+    ck_assert_uint_eq(st.replay_requests, 2);
+    ck_assert_uint_eq(st.replayed_batches, 3);
+    ck_assert_uint_eq(st.lost_batches, 0);
+    ck_assert_uint_eq(st.clears, 1);
+    ck_assert_uint_eq(st.last_seq, 3);
+    ck_assert_uint_eq(logs_containing(&f.c, "reconnect probe: batch 1 differs"), 1);
+    ck_assert_uint_eq(router_request(&f.e, id, &id_len, 200), UINT64_MAX);
+    fx_stop(&f);
+}
+END_TEST
+
+/* The probe finds the same publisher (its batch 1 is the one applied): nothing is cleared and
+ * the replay fills what the outage lost (batch 2, published while nobody was subscribed). */
+START_TEST(test_reconnect_probe_same_publisher)
+{
+    struct fx f;
+    fx_start(&f, 1, 0);
+    publish(&f.e, 0);
+    publish(&f.e, 1);
+    ck_assert(wait_events(&f.c, 2));
+    engine_rebind(&f.e, 0);
+    publish(&f.e, 2); /* lost live */
+    uint8_t id[256];
+    size_t id_len;
+    ck_assert_uint_eq(router_request(&f.e, id, &id_len, WAIT_MS), 1);
+    router_reply_range(&f.e, id, id_len, 1, 2, 0);
+    ck_assert(wait_events(&f.c, 3));
+    engine_wait_subscribed(&f.e);
+    publish(&f.e, 3);
+    ck_assert(wait_events(&f.c, 4));
+    struct kvr_kvsub_stats st = wait_handled(f.s, f.id, 4);
+    const uint64_t want[] = {0, 1, 2, 3};
+    assert_event_ids(&f.c, want, 4);
+    ck_assert_uint_eq(st.disconnects, 1);
+    ck_assert_uint_eq(st.restart_probes, 1);
+    ck_assert_uint_eq(st.restarts + st.clears + st.lost_batches, 0);
+    ck_assert_uint_eq(st.replayed_batches, 1);
+    ck_assert_uint_eq(st.replay_duplicates, 1);
+    ck_assert_uint_eq(logs_containing(&f.c, "same publisher"), 1);
+    fx_stop(&f);
+}
+END_TEST
+
+/* A restart seen at seq > 0 (here on the same connection) is a gap from 0: replayed. */
+START_TEST(test_restart_above_zero_replays_from_zero)
+{
+    struct fx f;
+    fx_start(&f, 1, 0);
+    for (uint64_t seq = 0; seq < 3; seq++)
+        publish(&f.e, seq);
+    ck_assert(wait_events(&f.c, 3));
+    publish_life(&f.e, 1, 1);
+    uint8_t id[256];
+    size_t id_len;
+    ck_assert_uint_eq(router_request(&f.e, id, &id_len, WAIT_MS), 0);
+    router_reply_range(&f.e, id, id_len, 0, 1, 1);
+    ck_assert(wait_events(&f.c, 6));
+    struct kvr_kvsub_stats st = wait_handled(f.s, f.id, 5);
+    assert_event(&f.c, 3, KVR_EVENT_CLEARED, 0, 0);
+    assert_event(&f.c, 4, KVR_EVENT_STORED, 1100, 0);
+    assert_event(&f.c, 5, KVR_EVENT_STORED, 1101, 1);
+    ck_assert_uint_eq(st.restarts, 1);
+    ck_assert_uint_eq(st.replayed_batches, 2);
+    ck_assert_uint_eq(st.replay_duplicates, 1); /* the live 1, queued behind the replay */
+    ck_assert_uint_eq(st.lost_batches, 0);
+    ck_assert_uint_eq(st.last_seq, 1);
+    fx_stop(&f);
+}
+END_TEST
+
+/* ==== heartbeats ============================================================================== */
+
+/* A PUB peer at the byte level: completes the ZMTP 3.1 NULL handshake, then stays silent with
+ * the TCP connection up (a frozen process or a vanished host). */
+static int fake_listen(uint16_t *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    socklen_t len = sizeof(a);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int fake_accept(int lfd)
+{
+    struct pollfd p = {lfd, POLLIN, 0};
+    ck_assert_msg(poll(&p, 1, WAIT_MS) == 1, "the SUB did not connect");
+    int fd = accept(lfd, NULL, NULL);
+    ck_assert_int_ge(fd, 0);
+    uint8_t g[64 + 27];
+    memset(g, 0, sizeof(g));
+    g[0] = 0xFF; /* signature: ff, 8 bytes of padding, 7f */
+    g[9] = 0x7F;
+    g[10] = 3; /* version 3.1 */
+    g[11] = 1;
+    memcpy(g + 12, "NULL", 4); /* mechanism (20 bytes), as-server 0, filler (31 bytes) */
+    /* READY command: flags 0x04, size 25, "READY", property Socket-Type = "PUB" */
+    static const uint8_t ready[27] = {0x04, 25,  5,   'R', 'E', 'A', 'D', 'Y', 11,
+                                      'S',  'o', 'c', 'k', 'e', 't', '-', 'T', 'y',
+                                      'p',  'e', 0,   0,   0,   3,   'P', 'U', 'B'};
+    memcpy(g + 64, ready, sizeof(ready));
+    ck_assert_int_eq(write(fd, g, sizeof(g)), (ssize_t)sizeof(g));
+    return fd;
+}
+
+/* Reads (and ignores: no PONG) whatever the SUB sends for up to ms; 1 if it closed. */
+static int fake_closed_within(int fd, int ms)
+{
+    for (int t = 0; t < ms / 10; t++) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 10) == 1) {
+            uint8_t buf[512];
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n <= 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static void silent_peer(int heartbeat_ms, int expect_drop)
+{
+    struct collector c;
+    memset(&c, 0, sizeof(c));
+    pthread_mutex_init(&c.mu, NULL);
+    kvr_kvsub_t *s;
+    struct kvr_kvsub_config cfg = {0};
+    cfg.sink = sink;
+    cfg.sink_ctx = &c;
+    cfg.log = logger;
+    cfg.log_ctx = &c;
+    cfg.heartbeat_ms = heartbeat_ms;
+    ck_assert_int_eq(kvr_kvsub_new(&cfg, &s), KVR_OK);
+    uint16_t port;
+    int lfd = fake_listen(&port);
+    char ep[64];
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", port);
+    struct kvr_kvsub_source_config sc = {0};
+    sc.worker_id = 7;
+    sc.block_size = 4;
+    sc.endpoint = ep;
+    uint32_t id;
+    ck_assert_int_eq(kvr_kvsub_add(s, &sc, &id), KVR_OK);
+    int fd = fake_accept(lfd);
+    ck_assert_int_eq(fake_closed_within(fd, expect_drop ? WAIT_MS : 1000), expect_drop);
+    if (expect_drop)
+        wait_stats(s, id, disconnected, "the heartbeat disconnect");
+    struct kvr_kvsub_stats st;
+    ck_assert_int_eq(kvr_kvsub_stats(s, id, &st), KVR_OK);
+    ck_assert_uint_eq(st.disconnects >= 1, expect_drop);
+    kvr_kvsub_free(s);
+    close(fd);
+    close(lfd);
+    pthread_mutex_destroy(&c.mu);
+}
+
+/* 100 ms heartbeats: a peer that never answers a PING is dropped (then reconnected). */
+START_TEST(test_heartbeat_drops_silent_peer)
+{
+    silent_peer(100, 1);
+}
+END_TEST
+
+/* The control: without heartbeats the same peer keeps its connection (so the handshake above is
+ * valid and the drop is the heartbeat's doing). */
+START_TEST(test_no_heartbeat_keeps_silent_peer)
+{
+    silent_peer(-1, 0);
+}
+END_TEST
+
 Suite *kv_subscriber_suite(void);
 Suite *kv_subscriber_suite(void)
 {
@@ -749,5 +1111,15 @@ Suite *kv_subscriber_suite(void)
     tcase_set_timeout(edge, 60);
     tcase_add_test(edge, test_malformed_messages);
     suite_add_tcase(s, edge);
+    TCase *rc = tcase_create("reconnect");
+    tcase_set_timeout(rc, 60);
+    tcase_add_test(rc, test_reconnect_restart_without_replay);
+    tcase_add_test(rc, test_reconnect_continuation);
+    tcase_add_test(rc, test_reconnect_probe_detects_restart);
+    tcase_add_test(rc, test_reconnect_probe_same_publisher);
+    tcase_add_test(rc, test_restart_above_zero_replays_from_zero);
+    tcase_add_test(rc, test_heartbeat_drops_silent_peer);
+    tcase_add_test(rc, test_no_heartbeat_keeps_silent_peer);
+    suite_add_tcase(s, rc);
     return s;
 }
