@@ -3,7 +3,10 @@
  *
  *   kvr-ckf-bench [micro] [--buckets N] [--seed S]
  *       insertion success rate vs load, probes/s (1 and 16 lanes), 16-lane prefix searches/s
- *       (search and linear reference), bytes per block
+ *       (search and linear reference, with probes per search), bytes per block; rates are per
+ *       second of this thread's CPU time
+ *   kvr-ckf-bench search [--len L] [--docs D] [--searches N] [--linear]
+ *       one of the two 16-lane searches alone (for instruction counts under callgrind)
  *   kvr-ckf-bench replay FILE [--expected N] [--translate] [--gen-a] [--max-load PCT]
  *                             [--max-levels 1|2] [--window W] [--check]
  *       replays an op stream (spec/opstream.md) into the CKF index; every match is compared
@@ -40,6 +43,15 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* This thread's CPU time: the micro figures use it (a loaded machine stretches wall time, not
+ * the CPU time a single-threaded loop consumes). */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -131,15 +143,15 @@ static void bench_probes(uint64_t nb, uint64_t seed)
         fill_table(&fl, lanes, nb, 0.8, seed);
         const uint64_t n = 4000000;
         uint64_t s = seed ^ 0x55, hits = 0;
-        double t0 = now_s();
+        double t0 = cpu_s();
         for (uint64_t i = 0; i < n; i++) {
             struct kvr_ckf_key key;
             kvr_ckf_key_make(rng_next(&s), KVR_CKF_DEFAULT_SEED, &key);
             hits += (uint64_t)__builtin_popcount(kvr_ckf_table_probe_key(fl.t, &key));
         }
-        double dt = now_s() - t0;
+        double dt = cpu_s() - t0;
         printf("probes (%2u lanes, %" PRIu64 " buckets, load 0.80, %zu MiB): %.2f M probes/s "
-               "(%.1f ns, incl. addressing), %.2f M lane-probes/s; FPR %.3e (model %.3e)\n",
+               "(%.1f ns CPU, incl. addressing), %.2f M lane-probes/s; FPR %.3e (model %.3e)\n",
                lanes, nb, kvr_ckf_table_words_bytes(fl.t) >> 20, (double)n / dt / 1e6,
                dt / (double)n * 1e9, (double)n * lanes / dt / 1e6,
                (double)hits / (double)(n * lanes), 8 * 0.8 / 65536);
@@ -149,9 +161,31 @@ static void bench_probes(uint64_t nb, uint64_t seed)
     }
 }
 
+/* Counts probes: a probe callback over a table for one request's sequence hashes. */
+struct count_ctx {
+    const kvr_ckf_table_t *t;
+    const uint64_t *seq;
+    uint64_t probes;
+    uint64_t seen[8]; /* distinct positions probed (n <= 512) */
+};
+
+static uint16_t count_probe(void *vctx, size_t pos)
+{
+    struct count_ctx *c = vctx;
+    c->probes++;
+    c->seen[pos / 64] |= (uint64_t)1 << (pos % 64);
+    struct kvr_ckf_key key;
+    kvr_ckf_key_make(c->seq[pos], kvr_ckf_table_seed(c->t), &key);
+    return kvr_ckf_table_probe_key(c->t, &key);
+}
+
 /* 16 lanes; `docs` documents of `len` blocks; each lane holds a random prefix of each document
- * with probability 1/4 (depth uniform), up to 80% load. */
-static void bench_search(uint64_t nb, uint64_t seed, size_t docs, size_t len)
+ * with probability 1/4 (depth uniform), up to 80% load. which: 0 = both searches, 1 = the
+ * search only, 2 = the linear reference only (one at a time for instruction counts: run under
+ * valgrind --tool=callgrind with --searches N and with --searches 0, and divide the difference
+ * by N). Times are this thread's CPU time. */
+static void bench_search(uint64_t nb, uint64_t seed, size_t docs, size_t len, int which,
+                         long searches)
 {
     const size_t DOCS = docs, LEN = len;
     kvr_ckf_table_t *t = NULL;
@@ -181,28 +215,62 @@ static void bench_search(uint64_t nb, uint64_t seed, size_t docs, size_t len)
         }
         total += used;
     }
-    const int n = (int)(12800000 / LEN);
+    const long n = searches >= 0 ? searches : (long)(12800000 / LEN);
     uint32_t depths[16];
     uint64_t sum = 0, sum_lin = 0;
-    double t0 = now_s();
-    for (int i = 0; i < n; i++) {
-        size_t d = (size_t)(rng_next(&s) % DOCS);
-        kvr_ckf_table_search(t, &seq[d * LEN], LEN, 0xFFFF, 8, depths);
-        sum += depths[i & 15];
+    uint64_t so = s;
+    double dt = 0, dl = 0;
+    if (which != 2) {
+        double t0 = cpu_s();
+        for (long i = 0; i < n; i++) {
+            size_t d = (size_t)(rng_next(&s) % DOCS);
+            kvr_ckf_table_search(t, &seq[d * LEN], LEN, 0xFFFF, 8, depths);
+            sum += depths[i & 15];
+        }
+        dt = cpu_s() - t0;
     }
-    double dt = now_s() - t0;
-    s = seed;
-    double t1 = now_s();
-    for (int i = 0; i < n; i++) {
-        size_t d = (size_t)(rng_next(&s) % DOCS);
-        kvr_ckf_table_search_linear(t, &seq[d * LEN], LEN, 0xFFFF, depths);
-        sum_lin += depths[i & 15];
+    if (which != 1) {
+        s = so;
+        double t1 = cpu_s();
+        for (long i = 0; i < n; i++) {
+            size_t d = (size_t)(rng_next(&s) % DOCS);
+            kvr_ckf_table_search_linear(t, &seq[d * LEN], LEN, 0xFFFF, depths);
+            sum_lin += depths[i & 15];
+        }
+        dl = cpu_s() - t1;
     }
-    double dl = now_s() - t1;
-    printf("prefix search (16 lanes, %" PRIu64 " buckets, load %.2f, %zu-block requests): "
-           "%.0f searches/s (%.2f us); linear reference %.0f searches/s (%.2f us)\n",
-           nb, (double)total / (double)(nb * 4 * 16), LEN, n / dt, dt / n * 1e6, n / dl,
-           dl / n * 1e6);
+    /* probes per search (a separate pass with a counting probe) */
+    struct count_ctx cc = {t, NULL, 0, {0}};
+    uint64_t probes_s = 0, probes_l = 0, pos_s = 0, pos_l = 0;
+    const int nc = 20000;
+    s = so;
+    for (int i = 0; i < nc && LEN <= 512; i++) {
+        size_t d = (size_t)(rng_next(&s) % DOCS);
+        cc.seq = &seq[d * LEN];
+        memset(cc.seen, 0, sizeof(cc.seen));
+        cc.probes = 0;
+        kvr_ckf_prefix_search(LEN, 0xFFFF, 8, count_probe, &cc, depths);
+        probes_s += cc.probes;
+        for (int w = 0; w < 8; w++)
+            pos_s += (uint64_t)__builtin_popcountll(cc.seen[w]);
+        memset(cc.seen, 0, sizeof(cc.seen));
+        cc.probes = 0;
+        kvr_ckf_prefix_linear(LEN, 0xFFFF, count_probe, &cc, depths);
+        probes_l += cc.probes;
+        for (int w = 0; w < 8; w++)
+            pos_l += (uint64_t)__builtin_popcountll(cc.seen[w]);
+    }
+    printf("prefix search (16 lanes, %" PRIu64 " buckets, load %.2f, %zu-block requests, %ld "
+           "searches, CPU time):",
+           nb, (double)total / (double)(nb * 4 * 16), LEN, n);
+    if (which != 2)
+        printf(" search %.0f searches/s (%.2f us)", dt > 0 ? (double)n / dt : 0.0,
+               n ? dt / (double)n * 1e6 : 0.0);
+    if (which != 1)
+        printf("%s linear reference %.0f searches/s (%.2f us)", which ? "" : ";",
+               dl > 0 ? (double)n / dl : 0.0, n ? dl / (double)n * 1e6 : 0.0);
+    printf("\n  probes per search: search %.1f (%.1f distinct positions), linear %.1f\n",
+           (double)probes_s / nc, (double)pos_s / nc, (double)probes_l / nc);
     sink = sum + sum_lin;
     free(seq);
     free(log);
@@ -394,7 +462,9 @@ int main(int argc, char **argv)
 {
     uint64_t nb = 1u << 16, seed = 1, expected = 16384;
     uint32_t max_load = 0, window = 0, max_levels = 0;
-    int translate = 0, gen_a = 0, check = 0;
+    int translate = 0, gen_a = 0, check = 0, linear = 0;
+    long searches = -1;
+    size_t len = 64, docs = 0;
     const char *mode = "micro", *file = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--buckets") == 0 && i + 1 < argc)
@@ -409,18 +479,29 @@ int main(int argc, char **argv)
             max_levels = (uint32_t)strtoul(argv[++i], NULL, 0);
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
             window = (uint32_t)strtoul(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--len") == 0 && i + 1 < argc)
+            len = (size_t)strtoull(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--docs") == 0 && i + 1 < argc)
+            docs = (size_t)strtoull(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--searches") == 0 && i + 1 < argc)
+            searches = strtol(argv[++i], NULL, 0);
+        else if (strcmp(argv[i], "--linear") == 0)
+            linear = 1;
         else if (strcmp(argv[i], "--translate") == 0)
             translate = 1;
         else if (strcmp(argv[i], "--gen-a") == 0)
             gen_a = 1;
         else if (strcmp(argv[i], "--check") == 0)
             check = 1;
-        else if (strcmp(argv[i], "micro") == 0 || strcmp(argv[i], "replay") == 0)
+        else if (strcmp(argv[i], "micro") == 0 || strcmp(argv[i], "replay") == 0 ||
+                 strcmp(argv[i], "search") == 0)
             mode = argv[i];
         else if (file == NULL && argv[i][0] != '-')
             file = argv[i];
         else {
             fprintf(stderr, "usage: kvr-ckf-bench [micro] [--buckets N] [--seed S]\n"
+                            "       kvr-ckf-bench search [--len L] [--docs D] [--searches N] "
+                            "[--linear] [--buckets N] [--seed S]\n"
                             "       kvr-ckf-bench replay FILE [--expected N] [--translate] "
                             "[--gen-a] [--max-load PCT] [--max-levels 1|2] [--window W] "
                             "[--check]\n");
@@ -438,9 +519,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvr-ckf-bench: --buckets must be a power of two >= 2\n");
         return 2;
     }
+    if (strcmp(mode, "search") == 0) {
+        if (len == 0 || len > 512) {
+            fprintf(stderr, "kvr-ckf-bench: --len must be in 1..512\n");
+            return 2;
+        }
+        bench_search(nb, seed, docs ? docs : (size_t)2097152 / len, len, linear ? 2 : 1, searches);
+        return 0;
+    }
     bench_insert_vs_load(nb, seed);
     bench_probes(nb, seed);
-    bench_search(nb, seed, 32768, 64);
-    bench_search(nb, seed, 4096, 512);
+    bench_search(nb, seed, 32768, 64, 0, -1);
+    bench_search(nb, seed, 4096, 512, 0, -1);
     return 0;
 }
