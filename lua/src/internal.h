@@ -14,6 +14,8 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +74,34 @@ void def_clear(struct policy_def *p);
 
 struct lstate;
 
+/* ==== the watchdog (watchdog.c) ===============================================================
+ *
+ * A VM's watch record: the VM's thread marks every Lua call it makes (seq odd while inside one);
+ * the control thread's kvr_lua_runtime_watchdog sees a call that stays open across passes for
+ * longer than the hard limit, reports it and, with a stop signal configured, queues the signal
+ * to the thread (pthread_sigqueue, the record as the value). The handler runs on that thread;
+ * if the call is still the one reported, may be interrupted (a trusted policy's call, armed with
+ * sigsetjmp) and the interrupted instruction is in the state's compiled code (an address inside
+ * one of its traces: no C function is running, so no lock or allocator is held), it jumps back
+ * to the call site; the state is then discarded and rebuilt. Anywhere else (interpreter, C) it
+ * returns and the next pass tries again; interpreted code is stopped by the count hook anyway.
+ * Records are never freed before the runtime (recycled), so a late signal never reads freed
+ * memory. */
+struct vm_watch {
+    struct vm_watch *next;       /* runtime list (under rt->mu) */
+    int in_use;                  /* a VM owns it (under rt->mu) */
+    pthread_t thread;            /* that VM's thread */
+    uint64_t vm_id;              /* for the log */
+    atomic_ullong seq;           /* odd: inside a Lua call (written by the VM's thread only) */
+    atomic_uint policy_id;       /* name id of the policy of the current call */
+    _Atomic(struct lstate *) st; /* the state of the current call */
+    atomic_ullong kill_seq;      /* the call the watchdog asked to stop */
+    uint64_t seen_seq, seen_ns;  /* watchdog only (under rt->mu): call seen open since seen_ns */
+    int reported;                /* watchdog only: this call was logged and counted */
+};
+
+#define MC_RANGES 256 /* compiled-code ranges (traces) remembered per state */
+
 /* What Lua's kvr_ffi_vm_t points at (opaque to Lua). */
 struct kvr_ffi_vm {
     kvr_lua_runtime_t *rt;
@@ -105,6 +135,14 @@ struct lstate {
     size_t n_slots;
     struct kvr_ffi_vm fv;
     struct kvr_ffi_call call;
+    struct vm_watch *watch;         /* the VM's watch record (NULL: scratch state) */
+    int stoppable;                  /* the next call may be interrupted (set per call) */
+    volatile sig_atomic_t jb_armed; /* jb is live: the call is inside guarded_pcall */
+    volatile sig_atomic_t stopped;  /* the watchdog interrupted it: discard this state */
+    sigjmp_buf jb;                  /* where an interrupted call lands */
+    volatile sig_atomic_t n_mc;     /* mc_lo/mc_hi entries in use */
+    uintptr_t mc_lo[MC_RANGES];     /* [lo, hi): machine code of this state's traces */
+    uintptr_t mc_hi[MC_RANGES];
 };
 
 /* Creates a state with the libraries, kvr.core and kvr.policy loaded and the hook installed.
@@ -204,7 +242,8 @@ struct kvr_lua_vm {
     kvr_lua_runtime_t *rt;
     struct kvr_lua_vm *next; /* runtime list (under rt->mu) */
     uint64_t id;
-    struct lstate *st;       /* live state */
+    struct vm_watch *watch;  /* its watch record (runtime-owned) */
+    struct lstate *st;       /* live state; NULL after a discarded one could not be rebuilt */
     struct policy_set *set;  /* its set (a reference) */
     atomic_ullong live_gen;  /* generation of st */
     uint64_t retry_after_ns; /* failed build: no retry before */
@@ -247,6 +286,11 @@ struct kvr_lua_runtime {
         char *p; /* owned; NULL: compile from source (lib_dir set) */
         size_t len;
     } lib_bc[2];
+    struct vm_watch *watches;    /* every watch record ever made (under mu; freed with rt) */
+    uint64_t stuck_total;        /* calls the watchdog found over the hard limit (under mu) */
+    uint64_t stop_signals;       /* stop signals queued (under mu) */
+    size_t stuck_now;            /* VMs over the limit at the last pass (under mu) */
+    atomic_ullong stopped_total; /* calls interrupted, their state discarded */
 };
 
 /* Index of a library module in kvr_lua_runtime.lib_bc. */
@@ -258,6 +302,18 @@ int lstate_compile_library(kvr_lua_runtime_t *rt, char *err, size_t err_len);
 
 /* Monotonic nanoseconds. */
 uint64_t kvr_lua_now_ns(void);
+
+/* Watch records (watchdog.c). Claims one for a VM on the calling thread (NULL: out of memory);
+ * releases it. Both take rt->mu. */
+struct vm_watch *watch_claim(kvr_lua_runtime_t *rt, uint64_t vm_id);
+void watch_release(kvr_lua_runtime_t *rt, struct vm_watch *w);
+/* Installs the stop signal's handler (cfg.stop_signal != 0). KVR_OK or KVR_EINVAL. */
+int watch_install_handler(int sig);
+/* Unblocks the stop signal on this thread (after an interrupted call: the handler jumped out
+ * with it blocked). */
+void watch_unblock(int sig);
+/* 1 if pc lies in machine code of s's traces. Async-signal-safe. */
+int lstate_in_mcode(const struct lstate *s, uintptr_t pc);
 
 /* Formats and sends a log line (never NULL fmt). Thread-safe. */
 void rt_log(kvr_lua_runtime_t *rt, int level, const char *fmt, ...)

@@ -2,6 +2,7 @@
  * and counters (see kvr/lua.h). Policy sets: set.c; installs and bindings: registry.c.
  * SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,8 @@ int kvr_lua_runtime_new(const struct kvr_lua_config *cfg, kvr_lua_runtime_t **ou
         cfg->hook_instructions == 0 || cfg->hook_instructions > 1000000 ||
         !(cfg->fallback.overlap_weight >= 0) || !(cfg->fallback.temperature >= 0))
         return KVR_EINVAL;
+    if (cfg->stop_signal < 0) /* an invalid positive one: sigaction refuses it below */
+        return KVR_EINVAL;
     struct kvr_lua_runtime *rt = calloc(1, sizeof(*rt));
     if (rt == NULL)
         return KVR_ENOMEM;
@@ -93,6 +96,11 @@ int kvr_lua_runtime_new(const struct kvr_lua_config *cfg, kvr_lua_runtime_t **ou
     }
     pthread_condattr_destroy(&ca);
     atomic_init(&rt->generation, 0);
+    atomic_init(&rt->stopped_total, 0);
+    if (cfg->stop_signal != 0 && watch_install_handler(cfg->stop_signal) != KVR_OK) {
+        kvr_lua_runtime_free(rt);
+        return KVR_EINVAL;
+    }
     rt->set = set_new();
     if (rt->set == NULL) {
         kvr_lua_runtime_free(rt);
@@ -125,6 +133,10 @@ void kvr_lua_runtime_free(kvr_lua_runtime_t *rt)
         free(rt->dir_cache[i].src);
     for (int i = 0; i < 2; i++)
         free(rt->lib_bc[i].p);
+    for (struct vm_watch *w = rt->watches, *next; w != NULL; w = next) {
+        next = w->next;
+        free(w);
+    }
     free(rt->dir_cache);
     pthread_mutex_destroy(&rt->install_mu);
     pthread_cond_destroy(&rt->cond);

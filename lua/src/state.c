@@ -188,6 +188,50 @@ static void call_error(struct lstate *s, int rc, int status, char *err, size_t e
     }
 }
 
+/* lua_pcall for the call in progress, marked in the VM's watch record (the watchdog sees it
+ * open) and, when s->stoppable, armed so the stop signal's handler can interrupt compiled code
+ * (watchdog.c). Returns lua_pcall's code, or RC_STOPPED after an interrupt (the state is then
+ * unusable: s->stopped). */
+#define RC_STOPPED (-1)
+static int guarded_pcall(struct lstate *s, int nargs, int nres, int errfunc)
+{
+    struct vm_watch *w = s->watch;
+    if (w == NULL)
+        return lua_pcall(s->L, nargs, nres, errfunc);
+    uint64_t seq = atomic_load_explicit(&w->seq, memory_order_relaxed);
+    atomic_store_explicit(&w->st, s, memory_order_relaxed);
+    atomic_store_explicit(&w->policy_id, s->fv.policy_id, memory_order_relaxed);
+    atomic_store_explicit(&w->seq, seq + 1, memory_order_relaxed); /* odd: in a call */
+    atomic_signal_fence(memory_order_seq_cst);
+    if (s->stoppable) {
+        if (sigsetjmp(s->jb, 0) != 0) {
+            /* Interrupted in compiled code by the watchdog's signal (its handler jumped here
+             * with the signal blocked). Nothing of this state may run again. */
+            watch_unblock(s->fv.rt->cfg.stop_signal);
+            atomic_store_explicit(&w->seq, seq + 2, memory_order_relaxed);
+            return RC_STOPPED;
+        }
+        s->jb_armed = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+    }
+    int rc = lua_pcall(s->L, nargs, nres, errfunc);
+    s->jb_armed = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    atomic_store_explicit(&w->seq, seq + 2, memory_order_relaxed); /* even: idle */
+    return rc;
+}
+
+/* The outcome of an interrupted call. */
+static int stopped_call(struct lstate *s, char *err, size_t err_len)
+{
+    s->deadline_ns = 0;
+    atomic_fetch_add(&s->fv.rt->stopped_total, 1);
+    copy_err(err, err_len,
+             "time budget exceeded: the call ran past the watchdog's hard limit in compiled code "
+             "and was interrupted (this thread's Lua state is discarded and rebuilt)");
+    return KVR_LUA_ETIMEDOUT;
+}
+
 int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
                  size_t err_len)
 {
@@ -203,8 +247,10 @@ int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->refs[REF_TRACEBACK]);
     lua_insert(L, base);
     uint64_t t0 = arm(s, budget_ns);
-    int rc = lua_pcall(L, nargs, nres, base);
+    int rc = guarded_pcall(s, nargs, nres, base);
     *elapsed_ns = coarse_ns() - t0;
+    if (rc == RC_STOPPED)
+        return stopped_call(s, err, err_len);
     int status = map_rc(s, rc);
     disarm(s);
     if (status != KVR_LUA_OK) {
@@ -225,8 +271,10 @@ int lstate_decide(struct lstate *s, uint64_t budget_ns, size_t *n_ranked, uint64
     *n_ranked = 0;
     lua_pushvalue(L, FIX_DECIDE); /* the stack holds FIX_TRACEBACK, FIX_DECIDE (lstate_new) */
     uint64_t t0 = arm(s, budget_ns);
-    int rc = lua_pcall(L, 0, 2, FIX_TRACEBACK);
+    int rc = guarded_pcall(s, 0, 2, FIX_TRACEBACK);
     *elapsed_ns = coarse_ns() - t0;
+    if (rc == RC_STOPPED)
+        return stopped_call(s, err, err_len);
     int status = map_rc(s, rc);
     disarm(s);
     if (status != KVR_LUA_OK) {
@@ -353,6 +401,40 @@ int lstate_compile_library(kvr_lua_runtime_t *rt, char *err, size_t err_len)
     return KVR_LUA_OK;
 }
 
+/* note_trace(addr, size): kvr/policy.lua reports each compiled trace's machine code (jit.attach
+ * "trace" events; (0, 0) after a flush). The stop signal's handler only interrupts code in these
+ * ranges. Touching ranges are merged; beyond MC_RANGES, traces are not recorded (they cannot be
+ * interrupted; never guessed). */
+static int note_trace(lua_State *L)
+{
+    void *ud;
+    lua_getallocf(L, &ud);
+    struct lstate *s = ud;
+    lua_Number a = lua_tonumber(L, 1), n = lua_tonumber(L, 2);
+    if (n <= 0) {
+        s->n_mc = 0;
+        return 0;
+    }
+    uintptr_t lo = (uintptr_t)a, hi = lo + (uintptr_t)n;
+    int k = s->n_mc;
+    for (int i = 0; i < k; i++)
+        if (lo <= s->mc_hi[i] && hi >= s->mc_lo[i]) { /* overlaps or touches: widen (lo first,
+                                                          so the range only ever grows) */
+            if (lo < s->mc_lo[i])
+                s->mc_lo[i] = lo;
+            if (hi > s->mc_hi[i])
+                s->mc_hi[i] = hi;
+            return 0;
+        }
+    if (k < MC_RANGES) {
+        s->mc_lo[k] = lo;
+        s->mc_hi[k] = hi;
+        atomic_signal_fence(memory_order_seq_cst);
+        s->n_mc = k + 1; /* published after the entry (the handler may read at any point) */
+    }
+    return 0;
+}
+
 /* Runs inside lua_cpcall: everything here may raise (allocation) without reaching the panic. */
 static int setup(lua_State *L)
 {
@@ -381,6 +463,10 @@ static int setup(lua_State *L)
             lua_pushstring(L, "jit.util");
             lua_call(L, 1, 1);
             lua_setfield(L, opts, "jit_util");
+            if (c->rt->cfg.stop_signal != 0) { /* record compiled code for the watchdog */
+                lua_pushcfunction(L, note_trace);
+                lua_setfield(L, opts, "note_trace");
+            }
         } else {
             lua_pop(L, 1);
         }
@@ -459,6 +545,7 @@ int lstate_new(kvr_lua_runtime_t *rt, struct kvr_lua_vm *vm, int admin, uint64_t
     for (int i = 0; i < REF_N; i++)
         s->refs[i] = LUA_NOREF;
     s->fv = (struct kvr_ffi_vm){.rt = rt, .vm = vm, .st = s, .policy_id = 0, .admin = admin};
+    s->watch = vm != NULL ? vm->watch : NULL;
     s->call.vm = &s->fv;
     s->call.out_cap = 1;
     s->L = lua_newstate(lalloc, s);

@@ -30,6 +30,13 @@ int kvr_lua_vm_new(kvr_lua_runtime_t *rt, const struct kvr_lua_vm_config *vcfg, 
         vm->vcfg = *vcfg;
     pthread_mutex_lock(&rt->mu);
     vm->id = rt->next_vm_id++;
+    pthread_mutex_unlock(&rt->mu);
+    vm->watch = watch_claim(rt, vm->id);
+    if (vm->watch == NULL) {
+        free(vm);
+        return KVR_ENOMEM;
+    }
+    pthread_mutex_lock(&rt->mu);
     struct policy_set *set = rt->set;
     set_ref(set);
     pthread_mutex_unlock(&rt->mu);
@@ -41,6 +48,7 @@ int kvr_lua_vm_new(kvr_lua_runtime_t *rt, const struct kvr_lua_vm_config *vcfg, 
         rt_log(rt, KVR_LUA_LOG_ERROR, "kvr_lua: VM %llu cannot build generation %llu: %s",
                (unsigned long long)vm->id, (unsigned long long)set->generation, err);
         set_unref(set);
+        watch_release(rt, vm->watch);
         free(vm);
         return st == KVR_LUA_ERRMEM ? KVR_ENOMEM : KVR_ECORRUPT;
     }
@@ -95,6 +103,7 @@ void kvr_lua_vm_free(kvr_lua_vm_t *vm)
         rt->retired_user[i] += atomic_load_explicit(&vm->user[i], memory_order_relaxed);
     pthread_cond_broadcast(&rt->cond);
     pthread_mutex_unlock(&rt->mu);
+    watch_release(rt, vm->watch);
     lstate_free(vm->st);
     set_unref(vm->set);
     free(vm);
@@ -156,12 +165,55 @@ uint64_t kvr_lua_vm_generation(kvr_lua_vm_t *vm)
 
 size_t kvr_lua_vm_memory(kvr_lua_vm_t *vm)
 {
-    return vm->st->used;
+    return vm->st != NULL ? vm->st->used : 0;
 }
 
 uint64_t kvr_lua_vm_allocated(kvr_lua_vm_t *vm)
 {
-    return vm->st->allocated;
+    return vm->st != NULL ? vm->st->allocated : 0;
+}
+
+/* After the watchdog interrupted a call: the state is unusable (its C stack frames are gone);
+ * close it and build a fresh one from the same set (vm->st NULL until that succeeds). */
+static void recover(struct kvr_lua_vm *vm)
+{
+    kvr_lua_runtime_t *rt = vm->rt;
+    lstate_free(vm->st); /* lua_close copes with the abandoned call (tests: ASan) */
+    vm->st = NULL;
+    struct lstate *s = NULL;
+    char err[ERR_CAP];
+    int st = lstate_build(rt, vm, vm->set, rt->cfg.seed + vm->id, &s, err, sizeof(err));
+    if (st != KVR_LUA_OK) {
+        vm->retry_after_ns = kvr_lua_now_ns() + RETRY_NS;
+        rt_log(rt, KVR_LUA_LOG_ERROR,
+               "kvr_lua: VM %llu cannot rebuild its Lua state after an interrupted call: %s "
+               "(the built-in policy decides until it can)",
+               (unsigned long long)vm->id, err);
+        return;
+    }
+    vm->st = s;
+    if (vm->vcfg.swapped != NULL)
+        vm->vcfg.swapped(vm->vcfg.wake_ctx, vm);
+    rt_log(rt, KVR_LUA_LOG_WARN, "kvr_lua: VM %llu rebuilt its Lua state after an interrupted call",
+           (unsigned long long)vm->id);
+}
+
+/* The live state, rebuilding a discarded one when its retry time has come; NULL if none. */
+static struct lstate *live_state(struct kvr_lua_vm *vm)
+{
+    if (vm->st == NULL && kvr_lua_now_ns() >= vm->retry_after_ns) {
+        struct lstate *s = NULL;
+        char err[ERR_CAP];
+        if (lstate_build(vm->rt, vm, vm->set, vm->rt->cfg.seed + vm->id, &s, err, sizeof(err)) ==
+            KVR_LUA_OK) {
+            vm->st = s;
+            if (vm->vcfg.swapped != NULL)
+                vm->vcfg.swapped(vm->vcfg.wake_ctx, vm);
+        } else {
+            vm->retry_after_ns = kvr_lua_now_ns() + RETRY_NS;
+        }
+    }
+    return vm->st;
 }
 
 /* ==== decisions ============================================================================== */
@@ -233,7 +285,7 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
         return KVR_EINVAL;
     kvr_lua_vm_poll(vm);
     kvr_lua_runtime_t *rt = vm->rt;
-    struct lstate *s = vm->st;
+    struct lstate *s = live_state(vm);
     const struct policy_set *set = vm->set;
     vm->err[0] = '\0';
     d->n_ranked = 0;
@@ -244,9 +296,11 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     int slot = resolve(set, req, rt->cfg.allow_header_policy);
     int status;
     struct vm_pcounters *pc = NULL;
-    if (slot < 0) {
-        d->policy = "";
+    if (slot < 0 || s == NULL) {
+        d->policy = slot < 0 ? "" : set->p[slot].name;
         status = KVR_LUA_NOPOLICY;
+        if (s == NULL)
+            snprintf(vm->err, sizeof(vm->err), "this thread has no Lua state (rebuilding)");
         goto fallback;
     }
     const struct policy_def *p = &set->p[slot];
@@ -256,11 +310,18 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     lstate_set_request(s, req, cands, n, d->cap);
     s->call.slot = (uint32_t)slot;
     s->fv.policy_id = p->id;
+    s->stoppable = rt->cfg.stop_signal != 0 && (p->flags & KVR_LUA_TRUSTED) != 0;
     uint64_t elapsed;
     size_t k = 0;
     status = lstate_decide(s, rt->cfg.budget_ns, &k, &elapsed, vm->err, sizeof(vm->err));
     d->elapsed_ns = elapsed;
     inc(&pc->lua_ns, elapsed);
+    if (s->stopped) {
+        recover(vm); /* s is gone */
+        inc(&pc->timeouts, 1);
+        log_failure(vm, p->id, p->name, "select", status);
+        goto fallback;
+    }
     if (status == KVR_LUA_OK) {
         if (!indices_ok(s->call.ranked, k, n)) {
             status = KVR_LUA_INVALID;
@@ -313,15 +374,24 @@ fallback:
 
 /* ==== hooks ================================================================================== */
 
+/* Runs one hook of slot on the live state. If the watchdog interrupted it, the state has been
+ * replaced when this returns (vm->st changed, possibly NULL): callers re-read vm->st. */
 static int run_hook(struct kvr_lua_vm *vm, int slot, int ref, const char *what)
 {
     struct lstate *s = vm->st;
     const struct policy_def *p = &vm->set->p[slot];
     s->call.slot = (uint32_t)slot;
     s->fv.policy_id = p->id;
+    s->stoppable = vm->rt->cfg.stop_signal != 0 && (p->flags & KVR_LUA_TRUSTED) != 0;
     lua_rawgeti(s->L, LUA_REGISTRYINDEX, s->refs[ref]);
     vm->err[0] = '\0';
     int status = lstate_pcall(s, 0, 1, vm->rt->cfg.budget_ns, vm->err, sizeof(vm->err));
+    if (s->stopped) {
+        inc(&vm->pc[p->id].hook_errors, 1);
+        log_failure(vm, p->id, p->name, what, status);
+        recover(vm);
+        return status;
+    }
     if (status == KVR_LUA_OK) {
         if (!lua_toboolean(s->L, -1))
             status = KVR_LUA_NOPOLICY;
@@ -340,14 +410,15 @@ int kvr_lua_vm_on_response(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     if (vm == NULL || req == NULL || worker == NULL || outcome == NULL)
         return KVR_LUA_INVALID;
     kvr_lua_vm_poll(vm);
-    struct lstate *s = vm->st;
+    struct lstate *s = live_state(vm);
     int slot = resolve(vm->set, req, vm->rt->cfg.allow_header_policy);
-    if (slot < 0 || (size_t)slot >= s->n_slots || !(s->hooks[slot] & 1u))
+    if (s == NULL || slot < 0 || (size_t)slot >= s->n_slots || !(s->hooks[slot] & 1u))
         return KVR_LUA_NOPOLICY;
     lstate_set_request(s, req, worker, 1, 1);
     s->call.outcome = outcome;
     int status = run_hook(vm, slot, REF_RESPOND, "on_response");
-    reset_call(s);
+    if (vm->st == s)
+        reset_call(s);
     return status;
 }
 
@@ -374,7 +445,9 @@ int kvr_lua_vm_on_event(kvr_lua_vm_t *vm, const struct kvr_event *ev)
     if (vm == NULL || ev == NULL || ev->kind < KVR_EVENT_STORED || ev->kind > KVR_EVENT_CLEARED)
         return KVR_LUA_INVALID;
     kvr_lua_vm_poll(vm);
-    struct lstate *s = vm->st;
+    struct lstate *s = live_state(vm);
+    if (s == NULL)
+        return KVR_LUA_NOPOLICY;
     unsigned bit = 1u << ev->kind; /* stored 2, removed 4, cleared 8 */
     struct kvr_ffi_event fe = {
         .worker_id = ev->worker_id,
@@ -395,6 +468,8 @@ int kvr_lua_vm_on_event(kvr_lua_vm_t *vm, const struct kvr_event *ev)
         int st = run_hook(vm, (int)slot, REF_EVENT, "KV-event hook");
         if (worst == KVR_LUA_NOPOLICY || (st != KVR_LUA_OK && st != KVR_LUA_NOPOLICY))
             worst = st;
+        if (vm->st != s) /* interrupted and replaced: this event is not delivered further */
+            return worst;
     }
     reset_call(s);
     return worst;

@@ -169,7 +169,10 @@ struct kvr_lua_config {
     uint32_t synthetic_decisions; /* install-time synthetic decisions; 24 */
     uint64_t seed;           /* seeds math.random/kvr.random (VM k: seed + k) and the fallback */
     int allow_header_policy; /* honour kvr_ffi_request.policy; 0 */
-    int pad_;                /* zero */
+    int stop_signal;         /* 0 (default): the watchdog only reports stuck calls; a signal
+                                number (e.g. SIGRTMIN + 4): it may also interrupt a trusted call
+                                stuck in compiled code (see "Stuck calls"); the runtime installs
+                                the handler, the VMs' threads must not block it */
     struct kvr_fallback_params fallback; /* the C policy's weight and temperature (1, 0) */
     const char *lib_dir;          /* if set, load kvr/NAME.lua from this directory instead of the
                                      copies embedded at build time (development); borrowed */
@@ -202,6 +205,47 @@ int kvr_lua_runtime_wait(kvr_lua_runtime_t *rt, uint64_t gen, uint64_t timeout_m
 /* Generation each registered VM runs, in registration order, to out[0..cap); *n_out = VMs.
  * KVR_OK or KVR_ERANGE. */
 int kvr_lua_runtime_vm_generations(kvr_lua_runtime_t *rt, uint64_t *out, size_t cap, size_t *n_out);
+
+/* ==== stuck calls: the watchdog ================================================================
+ *
+ * A call into Lua that never returns (a trusted policy's loop, once JIT-compiled, runs without
+ * the count hook) would hang its thread. kvr_lua_runtime_watchdog, called periodically from a
+ * thread that runs no Lua (the server's control thread), sees every VM's current call: one that
+ * stays open across passes for longer than hard_ns is reported (logged once, counted,
+ * kvr_lua_watchdog_report.stuck: a server marks itself not ready). With cfg.stop_signal set, the
+ * watchdog also queues that signal to the VM's thread at every pass while the call stays stuck;
+ * the handler interrupts the call only when the thread is executing the state's compiled code
+ * (machine code of one of its traces: no C function is then running, so no lock or allocation is
+ * cut in half), jumping back to the call site with sigsetjmp/siglongjmp. The decision then fails
+ * with ETIMEDOUT (the fallback decides), the VM discards that Lua state (lua_close) and builds a
+ * fresh one from the policy set; kvr_lua_runtime_stats counts it. What this does NOT stop: a
+ * call stuck inside a C function (a long table.sort from compiled code, a C library call: the
+ * signal is retried until the thread is back in compiled code), and calls of sandboxed policies
+ * are never interrupted this way (their count hook stops them within the budget). Calls of
+ * trusted policies are armed for this (a sigsetjmp per call, ~10 ns) only when stop_signal is
+ * set. */
+struct kvr_lua_watchdog_report {
+    size_t vms;          /* VMs seen */
+    size_t stuck;        /* VMs in one call for longer than hard_ns now */
+    uint64_t longest_ns; /* the longest call open now (0: none) */
+    uint64_t signals;    /* stop signals queued by this pass */
+};
+
+/* One watchdog pass (any thread that runs no Lua; call it every 100 ms to 1 s). out may be
+ * NULL. KVR_OK. */
+int kvr_lua_runtime_watchdog(kvr_lua_runtime_t *rt, uint64_t hard_ns,
+                             struct kvr_lua_watchdog_report *out);
+
+struct kvr_lua_runtime_stats {
+    size_t vms;            /* registered VMs */
+    size_t stuck_now;      /* stuck at the last watchdog pass */
+    uint64_t stuck_total;  /* calls the watchdog found over its hard limit */
+    uint64_t stop_signals; /* stop signals queued */
+    uint64_t stopped;      /* calls interrupted (their Lua state discarded and rebuilt) */
+};
+
+/* Runtime-wide counters. Any thread. */
+void kvr_lua_runtime_stats(kvr_lua_runtime_t *rt, struct kvr_lua_runtime_stats *out);
 
 /* ==== policy registry (any thread; serialized) ================================================ */
 

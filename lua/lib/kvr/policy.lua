@@ -34,6 +34,23 @@ local string_find = string.find
 
 local R = {}
 
+-- The watchdog (kvr/lua.h "Stuck calls") interrupts only machine code it knows: report every
+-- compiled trace's code range to C (opts.note_trace is set only when a stop signal is
+-- configured). jit.attach callbacks run when a trace is compiled or flushed, never per request.
+if opts.note_trace ~= nil and jit ~= nil and jit_util ~= nil and jit_util.tracemc ~= nil then
+    local note, tracemc = opts.note_trace, jit_util.tracemc
+    jit.attach(function(what, tr)
+        if what == "stop" then
+            local mc, addr = tracemc(tr)
+            if mc ~= nil and addr ~= nil then
+                note(addr, #mc)
+            end
+        elseif what == "flush" then
+            note(0, 0)
+        end
+    end, "trace")
+end
+
 -- ==== the sandbox ===========================================================================
 
 math.randomseed(opts.seed or 1)
