@@ -6,6 +6,10 @@
  *                                   every thread; 4xx {"error": "..."} (with line numbers) when
  *                                   refused. Runs on the control thread.
  *   POST /admin/reload              re-read the configured policy files (as SIGHUP)
+ *   POST /admin/script              body = Lua source: an operator script (kvr.admin.dump /
+ *                                   kvr.admin.snapshot into the --snapshot directory), run on
+ *                                   the control thread under --script-budget; 200 {"result"},
+ *                                   4xx {"error", "status"}
  *   POST /admin/snapshot[?path=P]   write a snapshot now (atomic: temp file, fsync, rename);
  *                                   200 {"path", "bytes", "models", "ms"}; P only names a file
  *                                   in the directory of --snapshot FILE (snapshots.h), else 400
@@ -100,6 +104,16 @@ static void run_reload(struct srv_control *c, struct srv_job *j)
     int n = snprintf(body, sizeof(body), "{\"generation\":%llu}", (unsigned long long)gen);
     kvr_buf_append(&j->body, body, (size_t)n);
     j->status = 200;
+}
+
+/* POST /admin/script: an operator script (docs/LUA_API.md "Operator scripts") on the control
+ * thread, with the script budget. */
+static void run_script(struct srv_control *c, struct srv_job *j)
+{
+    struct srv *s = srv_control_server(c);
+    j->status = srv_policy_script(s->policy, j->arg, j->arg_len, &j->body);
+    srv_logf(s->log, j->status == 200 ? SRV_LOG_INFO : SRV_LOG_WARN, "admin",
+             "operator script (%zu bytes): %d", j->arg_len, j->status);
 }
 
 /* ==== status (on the HTTP thread: reads only) ================================================= */
@@ -211,22 +225,27 @@ void srv_api_admin(struct srv_hreq *h)
         pname = "model";
     } else if (strcmp(what, "reload") == 0 && post) {
         run = run_reload;
+    } else if (strcmp(what, "script") == 0 && post) {
+        run = run_script;
     } else if (strcmp(what, "policy") == 0 && !post) {
         status(h);
         return;
     }
     if (run == NULL) {
         int known = strcmp(what, "status") == 0 || strcmp(what, "snapshot") == 0 ||
-                    strcmp(what, "reload") == 0;
+                    strcmp(what, "reload") == 0 || strcmp(what, "script") == 0;
         if (known)
             srv_reply_header(h, "Allow", strcmp(what, "status") == 0 ? "GET" : "POST");
         srv_reply_error(h, known ? 405 : 404, "unknown admin route %s", h->path);
         return;
     }
     size_t len = 0;
-    const char *body = run == run_policy ? srv_body(h, &len) : NULL;
-    if (run == run_policy && len == 0) {
-        srv_reply_error(h, 400, "the body must be the policy's Lua source");
+    int lua_body = run == run_policy || run == run_script;
+    const char *body = lua_body ? srv_body(h, &len) : NULL;
+    if (lua_body && len == 0) {
+        srv_reply_error(h, 400,
+                        run == run_policy ? "the body must be the policy's Lua source"
+                                          : "the body must be the script's Lua source");
         return;
     }
     struct srv_job *j = srv_job_new(body, len);

@@ -81,6 +81,23 @@ static const struct opt opts[] = {
      "let clients pick an installed policy with the x-kvrouter-policy header", "off"},
     {"policy-budget", "policy_budget", T_MS, OFF(policy_budget_ms), 1, 60000, "DUR",
      "time budget per policy decision (then the built-in policy decides)", "10ms"},
+    {"policy-trusted", "policy_trusted", T_BOOL, OFF(policy_trusted), 0, 1, NULL,
+     "trust the configured policy files (--policy FILE, models' policy files): they run "
+     "JIT-compiled, several times faster, but a compiled loop cannot be interrupted by the time "
+     "budget (only by the watchdog, see --policy-stuck-after); admin-installed policies stay "
+     "sandboxed",
+     "off"},
+    {"policy-stuck-after", "policy_stuck_after", T_MS, OFF(policy_stuck_after_ms), 0, 3600000,
+     "DUR",
+     "the watchdog: a thread in one policy call this long is stuck (logged, counted, /readyz "
+     "503) and a trusted policy's call is interrupted once it runs compiled code (0 = off)",
+     "1s"},
+    {"policy-dev", "policy_dev", T_BOOL, OFF(policy_dev), 0, 1, NULL,
+     "development: re-install a policy file whenever its modification time changes (checked "
+     "from the control thread's tick)",
+     "off"},
+    {"script-budget", "script_budget", T_MS, OFF(script_budget_ms), 1, 600000, "DUR",
+     "time budget of an operator script (POST /admin/script, run on the control thread)", "5s"},
     {"health-interval", "health.interval", T_MS, OFF(health_interval_ms), 0, 86400000, "DUR",
      "active health check period per worker (0 = off)", "10s"},
     {"health-timeout", "health.timeout", T_MS, OFF(health_timeout_ms), 1, 600000, "DUR",
@@ -416,6 +433,8 @@ void srv_config_init(struct srv_config *cfg)
     cfg->body_timeout_ms = 60000;
     cfg->upstream_timeout_ms = 300000;
     cfg->policy_budget_ms = 10;
+    cfg->policy_stuck_after_ms = 1000;
+    cfg->script_budget_ms = 5000;
     cfg->health_interval_ms = 10000;
     cfg->health_timeout_ms = 2000;
     cfg->health_path = strdup("/health");

@@ -123,8 +123,12 @@ struct srv_config {
 
     char *policy;            /* default policy file or name (owned) or NULL = built-in */
     int allow_policy_header; /* honour x-kvrouter-policy */
+    int policy_trusted;      /* configured policy files run trusted (JIT on) */
+    uint64_t policy_budget_ms;      /* per decision time budget (10 ms) */
+    uint64_t policy_stuck_after_ms; /* watchdog hard limit per call (1 s; 0 = no watchdog) */
+    uint64_t script_budget_ms;      /* operator scripts (5 s) */
+    int policy_dev;                 /* re-install policy files when their mtime changes */
     uint32_t pad1_;
-    uint64_t policy_budget_ms; /* per decision time budget (10 ms) */
 
     uint64_t health_interval_ms; /* 10 s; 0 disables active checks */
     uint64_t health_timeout_ms;  /* 2 s */

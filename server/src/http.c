@@ -97,15 +97,23 @@ int srv_status_of(int kvr_err)
 /* ==== finishing requests ====================================================================== */
 
 static void request_done(struct srv_conn *c);
+static void finish_req(struct srv_hreq *h, int status, int next);
 
 static void finish(struct srv_hreq *h, int status)
+{
+    finish_req(h, status, 1);
+}
+
+/* Ends h: metrics, in-flight count. `next`: the connection stays open for another request, whose
+ * first byte arms the read deadline again (0 when the client left or the connection is being
+ * cut: h->req may be freed already then). */
+static void finish_req(struct srv_hreq *h, int status, int next)
 {
     struct srv_thread *t = h->t;
     if (h->conn != NULL && h->conn->watch != NULL)
         h->conn->watch = NULL;
-    /* the connection may carry the next request: its first byte arms the deadline again (only
-     * while h's request still belongs to it: a detached request's record may be reused) */
-    if (h->conn != NULL && h->req != NULL && h->conn->evcon != NULL &&
+    /* only while h's request still belongs to the record's connection (a record is reused) */
+    if (next && h->conn != NULL && h->req != NULL && h->conn->evcon != NULL &&
         evhttp_request_get_connection(h->req) == h->conn->evcon)
         request_done(h->conn);
     h->req = NULL;
@@ -287,7 +295,7 @@ void srv_reply_abort(struct srv_hreq *h)
     struct srv_conn *c = h->conn;
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     int status = h->status ? h->status : 502;
-    finish(h, status); /* clears the watch: the close callback will not call the owner */
+    finish_req(h, status, 0); /* clears the watch: the close callback will not call the owner */
     if (evcon == NULL)
         return;
     struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
@@ -311,9 +319,11 @@ void srv_hreq_gone(struct srv_hreq *h)
         return;
     /* detached by libevent (EOF/timeout on the client): ours to free; still attached (the
      * connection is being freed with it, e.g. at exit): libevent frees it */
-    if (evhttp_request_get_connection(h->req) == NULL)
-        evhttp_send_reply_end(h->req);
-    finish(h, 499);
+    struct evhttp_request *req = h->req;
+    int detached = evhttp_request_get_connection(req) == NULL;
+    finish_req(h, 499, 0);
+    if (detached)
+        evhttp_send_reply_end(req);
 }
 
 /* ==== request accessors ======================================================================= */

@@ -669,13 +669,15 @@ static void count_one(void *ctx, struct srv_worker *w)
 void srv_api_readyz(struct srv_hreq *h)
 {
     struct srv *s = h->t->srv;
-    int ready = atomic_load(&s->ready) && !atomic_load(&s->draining);
+    int policy_ok = srv_policy_ready(s->policy); /* no thread stuck in one policy call */
+    int ready = atomic_load(&s->ready) && !atomic_load(&s->draining) && policy_ok;
     struct count_ctx c = {NULL, 0, 0};
     srv_workers_foreach(&s->workers, count_one, &c);
     char body[256];
     int n = snprintf(body, sizeof(body),
                      "{\"status\":\"%s\",\"models\":%zu,\"workers\":%llu,\"healthy_workers\":%llu}",
                      ready                       ? "ready"
+                     : !policy_ok                ? "policy_stuck"
                      : atomic_load(&s->draining) ? "draining"
                                                  : "starting",
                      srv_models_count(&s->models), (unsigned long long)c.workers,

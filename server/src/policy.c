@@ -1,6 +1,6 @@
-/* policy.c - the policy boundary (see policy.h). Until the Lua runtime (issue 4) is merged this
- * file decides with the built-in classic KV cost; srv_policy_select is where kvr_lua_vm_select
- * plugs in (candidates copied into kvr_ffi_candidate, the ranked list copied back). */
+/* policy.c - the policy boundary (see policy.h): the Lua runtime when the build has it (else the
+ * built-in classic KV cost), the configured policy sources, hot reload (admin, SIGHUP,
+ * --policy-dev), the stuck-call watchdog, operator scripts, status and metrics. */
 #include "policy.h"
 
 #include <math.h>
@@ -17,18 +17,29 @@
 
 #ifdef KVR_HAVE_LUA
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "jsonw.h"
+#include "kvr/event_json.h"
 #include "kvr/lua.h"
+#include "snapshots.h"
 
 #define DEFAULT_POLICY "bounded_affinity" /* policies/README.md "The default" (policy lab) */
 #define MAX_FILES 64
 
+/* The signal the watchdog interrupts a stuck trusted call with (kvr/lua.h "Stuck calls"); no
+ * thread of the server blocks it. */
+#define STOP_SIGNAL (SIGRTMIN + 4)
+
 /* A configured policy source: a file (re-read on reload) or a shipped name. */
 struct pfile {
-    char model[200]; /* model key, "" = the default binding */
-    char name[64];   /* installed policy name */
-    char path[512];  /* file path, "" for a shipped policy */
+    char model[200];       /* model key, "" = the default binding */
+    char name[64];         /* installed policy name */
+    char path[512];        /* file path, "" for a shipped policy */
+    struct timespec mtime; /* the file's at its last install attempt (--policy-dev) */
 };
 #endif
 
@@ -46,6 +57,9 @@ struct srv_policy_rt {
     _Atomic unsigned any_hooks;             /* OR of the registered threads' kv_hooks */
     _Atomic uint64_t hook_batches;          /* event batches delivered to a thread */
     _Atomic uint64_t hook_dropped;          /* batches dropped: that thread was too far behind */
+    _Atomic size_t stuck;                   /* threads stuck in one call (last watchdog pass) */
+    _Atomic uint64_t dev_reloads;           /* --policy-dev re-installs (accepted) */
+    _Atomic uint64_t scripts;               /* operator scripts run (POST /admin/script) */
 #endif
 };
 
@@ -114,6 +128,28 @@ void srv_policy_events(void *ctx, struct srv_model *m, const struct kvr_event *e
     (void)m;
     (void)ev;
     (void)n;
+}
+
+void srv_policy_tick(struct srv_policy_rt *rt, uint64_t now_ms)
+{
+    (void)rt;
+    (void)now_ms;
+}
+
+int srv_policy_ready(struct srv_policy_rt *rt)
+{
+    (void)rt;
+    return 1;
+}
+
+int srv_policy_script(struct srv_policy_rt *rt, const char *src, size_t len, struct kvr_buf *out)
+{
+    (void)rt;
+    (void)src;
+    (void)len;
+    kvr_buf_append_str(out, "{\"error\":\"operator scripts need the Lua policy runtime, which is "
+                            "not in this build\"}");
+    return 501;
 }
 
 #endif
@@ -365,7 +401,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_len)
 }
 
 /* Installs one configured source and binds it. Returns an HTTP-style status. */
-static int install_pfile(struct srv_policy_rt *rt, const struct pfile *pf, uint64_t *gen, char *err,
+static int install_pfile(struct srv_policy_rt *rt, struct pfile *pf, uint64_t *gen, char *err,
                          size_t err_len)
 {
     const char *src;
@@ -373,9 +409,14 @@ static int install_pfile(struct srv_policy_rt *rt, const struct pfile *pf, uint6
     char *owned = NULL;
     unsigned flags = 0;
     if (pf->path[0] != '\0') {
+        struct stat st;
+        if (stat(pf->path, &st) == 0)
+            pf->mtime = st.st_mtim; /* before reading: a write during the read is seen next */
         if ((owned = read_file(pf->path, &len, err, err_len)) == NULL)
             return 400;
         src = owned;
+        if (rt->s->cfg->policy_trusted)
+            flags = KVR_LUA_TRUSTED; /* the operator's opt-in (--policy-trusted) */
     } else {
         if (kvr_lua_builtin_source(rt->lua, pf->name, &src, &len) != KVR_OK) {
             snprintf(err, err_len, "no shipped policy '%s'", pf->name);
@@ -427,6 +468,177 @@ static int add_source(struct srv_policy_rt *rt, const char *model, const char *s
     return KVR_OK;
 }
 
+/* ==== operator scripts: kvr.admin.dump(path) / kvr.admin.snapshot(path) =====================
+ *
+ * Both write only where POST /admin/snapshot?path= may (srv_snapshot_resolve: a file in the
+ * directory of --snapshot FILE), so a script cannot write anywhere else. They run on the control
+ * thread (kvr_lua_script_run's caller). */
+
+static int admin_snapshot(void *ctx, const char *path, char *err, size_t err_len)
+{
+    struct srv *s = ctx;
+    char file[4096];
+    int rc = srv_snapshot_resolve(s, path, file, sizeof(file), err, err_len);
+    if (rc != KVR_OK)
+        return rc;
+    return srv_snapshot_write(s, file, NULL, NULL, err, err_len);
+}
+
+/* Every model's index as the events that rebuild it, GET /dump's JSON, written atomically
+ * (temp file, fsync, rename). */
+static int admin_dump(void *ctx, const char *path, char *err, size_t err_len)
+{
+    struct srv *s = ctx;
+    char file[4096], tmp[4200];
+    int rc = srv_snapshot_resolve(s, path, file, sizeof(file), err, err_len);
+    if (rc != KVR_OK)
+        return rc;
+    struct kvr_buf b;
+    kvr_buf_init(&b, NULL);
+    struct srv_jw w;
+    srv_jw_init(&w, &b);
+    srv_jw_char(&w, '{');
+    for (size_t k = 0; k < srv_models_count(&s->models); k++) {
+        struct srv_model *m = srv_models_at(&s->models, k);
+        struct kvr_event_list l;
+        kvr_event_list_init(&l);
+        int drc = kvr_index_dump(m->index, &l);
+        if (k > 0)
+            srv_jw_char(&w, ',');
+        srv_jw_cstr(&w, m->key);
+        if (drc != KVR_OK) {
+            srv_jw_raw(&w, ":{\"error\":");
+            srv_jw_cstr(&w, kvr_strerror(drc));
+            srv_jw_char(&w, '}');
+        } else {
+            srv_jw_raw(&w, ":{\"block_size\":");
+            srv_jw_u64(&w, m->block_size);
+            srv_jw_raw(&w, ",\"events\":");
+            if (w.err == KVR_OK && kvr_event_json_encode_array(l.ev, l.n, &b) != KVR_OK)
+                w.err = KVR_ENOMEM;
+            srv_jw_char(&w, '}');
+        }
+        kvr_event_list_free(&l);
+    }
+    srv_jw_char(&w, '}');
+    if (w.err != KVR_OK) {
+        kvr_buf_free(&b);
+        snprintf(err, err_len, "out of memory while building the dump");
+        return KVR_ENOMEM;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", file, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    rc = KVR_EIO;
+    if (fd == -1) {
+        snprintf(err, err_len, "%s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    size_t off = 0;
+    while (off < b.len) {
+        ssize_t n = write(fd, b.data + off, b.len - off);
+        if (n == -1 && errno == EINTR)
+            continue;
+        if (n == -1) {
+            snprintf(err, err_len, "%s: %s", tmp, strerror(errno));
+            close(fd);
+            unlink(tmp);
+            goto out;
+        }
+        off += (size_t)n;
+    }
+    if (fsync(fd) == -1 || close(fd) == -1 || rename(tmp, file) == -1) {
+        snprintf(err, err_len, "%s: %s", file, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    rc = KVR_OK;
+out:
+    kvr_buf_free(&b);
+    return rc;
+}
+
+int srv_policy_script(struct srv_policy_rt *rt, const char *src, size_t len, struct kvr_buf *out)
+{
+    char *res = malloc(65536), *err = malloc(8192);
+    struct srv_jw w;
+    srv_jw_init(&w, out);
+    if (res == NULL || err == NULL) {
+        free(res);
+        free(err);
+        srv_jw_raw(&w, "{\"error\":\"out of memory\"}");
+        return 503;
+    }
+    atomic_fetch_add(&rt->scripts, 1);
+    int st = kvr_lua_script_run(rt->lua, src, len, res, 65536, err, 8192);
+    int status = 200;
+    if (st == KVR_LUA_OK) {
+        srv_jw_raw(&w, "{\"result\":");
+        srv_jw_cstr(&w, res);
+        srv_jw_char(&w, '}');
+    } else {
+        status = st == KVR_LUA_ERRMEM ? 413 : st == KVR_LUA_ETIMEDOUT ? 408 : 400;
+        srv_jw_raw(&w, "{\"error\":");
+        srv_jw_cstr(&w, err);
+        srv_jw_raw(&w, ",\"status\":");
+        srv_jw_cstr(&w, kvr_lua_status_name(st));
+        srv_jw_char(&w, '}');
+        srv_logf(rt->s->log, SRV_LOG_WARN, "admin", "operator script failed (%s): %.300s",
+                 kvr_lua_status_name(st), err);
+    }
+    free(res);
+    free(err);
+    return w.err == KVR_OK ? status : 503;
+}
+
+/* ==== the control thread's tick: the watchdog and --policy-dev ============================== */
+
+static void dev_check(struct srv_policy_rt *rt)
+{
+    for (size_t k = 0; k < rt->n_files; k++) {
+        struct pfile *pf = &rt->files[k];
+        struct stat st;
+        if (pf->path[0] == '\0' || stat(pf->path, &st) != 0)
+            continue;
+        if (st.st_mtim.tv_sec == pf->mtime.tv_sec && st.st_mtim.tv_nsec == pf->mtime.tv_nsec)
+            continue;
+        uint64_t gen = 0;
+        char err[1024];
+        int status = install_pfile(rt, pf, &gen, err, sizeof(err)); /* records the new mtime */
+        if (status == 200) {
+            atomic_fetch_add(&rt->dev_reloads, 1);
+            atomic_store(&rt->generation, kvr_lua_runtime_generation(rt->lua));
+            srv_logf(rt->s->log, SRV_LOG_INFO, "lua",
+                     "--policy-dev: %s changed: policy %s re-installed (generation %llu)", pf->path,
+                     pf->name, (unsigned long long)gen);
+        } else {
+            atomic_fetch_add(&rt->installs_refused, 1);
+            srv_logf(rt->s->log, SRV_LOG_WARN, "lua",
+                     "--policy-dev: %s changed but was refused (the previous version stays): %s",
+                     pf->path, err);
+        }
+    }
+}
+
+void srv_policy_tick(struct srv_policy_rt *rt, uint64_t now_ms)
+{
+    (void)now_ms;
+    if (rt == NULL)
+        return;
+    const struct srv_config *cfg = rt->s->cfg;
+    if (cfg->policy_stuck_after_ms > 0) {
+        struct kvr_lua_watchdog_report r;
+        kvr_lua_runtime_watchdog(rt->lua, cfg->policy_stuck_after_ms * 1000000u, &r);
+        atomic_store(&rt->stuck, r.stuck);
+    }
+    if (cfg->policy_dev)
+        dev_check(rt);
+}
+
+int srv_policy_ready(struct srv_policy_rt *rt)
+{
+    return rt == NULL || atomic_load(&rt->stuck) == 0;
+}
+
 int srv_policy_rt_new(struct srv *s, struct srv_policy_rt **out, char *err, size_t err_len)
 {
     const struct srv_config *cfg = s->cfg;
@@ -445,6 +657,12 @@ int srv_policy_rt_new(struct srv *s, struct srv_policy_rt **out, char *err, size
     lc.allow_header_policy = cfg->allow_policy_header;
     lc.log = lua_log;
     lc.log_ctx = s;
+    lc.script_budget_ns = cfg->script_budget_ms * 1000000u;
+    if (cfg->policy_stuck_after_ms > 0)
+        lc.stop_signal = STOP_SIGNAL;
+    lc.engine.dump = admin_dump; /* operator scripts: kvr.admin.dump / kvr.admin.snapshot */
+    lc.engine.snapshot = admin_snapshot;
+    lc.engine.admin_ctx = s;
     /* engine handles for kvr.overlap / kvr.load: the runtime binds one index; with a single
      * configured model it is that model's (candidates always carry overlap and load anyway) */
     if (srv_models_count(&s->models) == 1) {
@@ -734,6 +952,11 @@ static void fill_request(struct kvr_ffi_request *req, struct kvr_ffi_header *hs,
     req->priority = rq->priority;
 }
 
+/* What the server knows of a candidate. It has no source for some of the runtime's fields, which
+ * policies then see inert (docs/LUA_API.md "What the server fills"): kv_usage unknown (nil: no
+ * worker metrics are scraped), queue 0 (the worker's own queue is not reported; requests the
+ * router sends are in `requests`), overlap_host / overlap_disk 0 (the index holds device-tier
+ * blocks only), weight 1 (no per-worker weight option). */
 static void fill_candidate(struct kvr_ffi_candidate *fc, const struct srv_policy_cand *c)
 {
     memset(fc, 0, sizeof(*fc));
@@ -1014,6 +1237,25 @@ void srv_policy_metrics(struct srv_policy_rt *rt, struct srv_prom *p)
                     "Policy installs refused over the admin API (syntax, runtime, validation).");
     srv_prom_u64(p, "kvrouter_policy_installs_refused_total", NULL, 0,
                  atomic_load(&rt->installs_refused));
+    struct kvr_lua_runtime_stats rs;
+    kvr_lua_runtime_stats(rt->lua, &rs);
+    srv_prom_header(p, "kvrouter_policy_stuck_threads", "gauge",
+                    "HTTP threads in one policy call for longer than --policy-stuck-after (the "
+                    "router answers /readyz 503 meanwhile).");
+    srv_prom_u64(p, "kvrouter_policy_stuck_threads", NULL, 0, rs.stuck_now);
+    srv_prom_header(p, "kvrouter_policy_stuck_calls_total", "counter",
+                    "Policy calls the watchdog found running past --policy-stuck-after.");
+    srv_prom_u64(p, "kvrouter_policy_stuck_calls_total", NULL, 0, rs.stuck_total);
+    srv_prom_header(p, "kvrouter_policy_interrupted_total", "counter",
+                    "Stuck trusted policy calls interrupted in compiled code (the thread's Lua "
+                    "state was discarded and rebuilt).");
+    srv_prom_u64(p, "kvrouter_policy_interrupted_total", NULL, 0, rs.stopped);
+    srv_prom_header(p, "kvrouter_policy_dev_reloads_total", "counter",
+                    "Policy files re-installed by --policy-dev after a change.");
+    srv_prom_u64(p, "kvrouter_policy_dev_reloads_total", NULL, 0, atomic_load(&rt->dev_reloads));
+    srv_prom_header(p, "kvrouter_policy_scripts_total", "counter",
+                    "Operator scripts run (POST /admin/script).");
+    srv_prom_u64(p, "kvrouter_policy_scripts_total", NULL, 0, atomic_load(&rt->scripts));
 }
 
 #endif /* KVR_HAVE_LUA */

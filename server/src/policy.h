@@ -123,6 +123,22 @@ void srv_policy_on_response(struct srv_thread *t, struct srv_model *m,
                             const struct srv_policy_req *rq, const struct srv_policy_cand *worker,
                             const struct srv_policy_outcome *out);
 
+/* The control thread's tick (every 200 ms): the stuck-call watchdog (--policy-stuck-after) and
+ * the --policy-dev file watch (re-installs a policy file whose modification time changed; a
+ * refused version leaves the previous one live and is logged). */
+void srv_policy_tick(struct srv_policy_rt *rt, uint64_t now_ms);
+
+/* 0 while an HTTP thread is stuck in one policy call (last watchdog pass), else 1: /readyz. */
+int srv_policy_ready(struct srv_policy_rt *rt);
+
+/* Runs an operator script (Lua source, borrowed) on the calling (control) thread with the
+ * script budget: kvr.admin.dump(path) / kvr.admin.snapshot(path) write into the --snapshot
+ * directory only. Appends the JSON answer to out: {"result": "<tostring of the first return>"},
+ * or {"error": "... with traceback", "status": "errrun"}. Returns the HTTP status: 200, 400
+ * (syntax or runtime error), 408 (budget), 413 (memory cap), 501 (no Lua runtime), 503. */
+struct kvr_buf;
+int srv_policy_script(struct srv_policy_rt *rt, const char *src, size_t len, struct kvr_buf *out);
+
 /* Installs `src` as the policy of model key (NULL = the default). On success *generation is the
  * generation live on every thread. Returns an HTTP status (200, 4xx with err, 5xx with err). */
 int srv_policy_install(struct srv_policy_rt *rt, const char *model, const char *src, size_t len,

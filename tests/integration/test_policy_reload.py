@@ -141,6 +141,7 @@ class PolicyReload(unittest.TestCase):
             f.write(PICK_FIRST)
         r.send(signal.SIGHUP)
         kvrh.wait_until(lambda: self.pick(r)["worker_id"] == 1, what="SIGHUP reload")
+        r.wait_line(r"SIGHUP: policies reloaded", stream="err")  # install and bind both done
         with open(path, "w") as f:
             f.write("return {")  # a broken file: refused, the old policy stays
         g = r.json("GET", "/admin/status")["policy"]["generation"]
@@ -246,6 +247,167 @@ end }"""
         d = r2.json("POST", "/v1/route", {"token_ids": list(range(16)), "book": False,
                                           "headers": {"x-kvrouter-policy": "least_loaded"}})
         self.assertEqual(d["policy"], "default")  # not allowed: ignored
+
+    # ==== operator scripts (POST /admin/script) ===============================================
+
+    def test_operator_scripts(self):
+        d = kvrh.tmpdir()
+        r = self.router("--snapshot", os.path.join(d, "snap.bin"), "--script-budget", "300ms")
+        self.assertEqual(r.json("POST", "/admin/script", "return 1 + 1"), {"result": "2"})
+        e = r.json("POST", "/admin/script", "return (", expect=400)
+        self.assertIn("script.lua:1:", e["error"])
+        self.assertEqual(e["status"], "errsyntax")
+        e = r.json("POST", "/admin/script", "local t = nil\nreturn t.x", expect=400)
+        self.assertIn("script.lua:2:", e["error"])
+        self.assertEqual(e["status"], "errrun")
+        e = r.json("POST", "/admin/script", "while true do end", expect=408)
+        self.assertEqual(e["status"], "etimedout")
+        self.assertEqual(r.post("/admin/script", b"")[0], 400)
+        # the engine: the index's stats, a dump and a snapshot, only inside the snapshot directory
+        ev = [{"worker_id": 1, "event": {"event_id": 0, "data": {"stored": {"parent_hash": None,
+               "blocks": [{"block_hash": 100 + i, "tokens_hash": 7 + i} for i in range(3)]}}}}]
+        self.assertEqual(r.json("POST", "/v1/events", ev)["applied"], 1)
+        res = r.json("POST", "/admin/script", """
+local ok, err = kvr.admin.snapshot("copy.bin")
+assert(ok, err)
+assert(kvr.admin.dump("dump.json"))
+return kvr.index_stats().blocks
+""")
+        self.assertEqual(res, {"result": "3"})
+        self.assertGreater(os.path.getsize(os.path.join(d, "copy.bin")), 0)
+        with open(os.path.join(d, "dump.json")) as f:
+            dump = json.load(f)
+        (model,) = dump.keys()
+        self.assertEqual(len(dump[model]["events"]), 1)
+        res = r.json("POST", "/admin/script",
+                     "local ok, err = kvr.admin.dump('/tmp/kvr-outside.json') return err")
+        self.assertIn("may only be written in " + d, res["result"])
+        self.assertFalse(os.path.exists("/tmp/kvr-outside.json"))
+        self.assertEqual(r.metric("kvrouter_policy_scripts_total"), 6)
+        # policies never get kvr.admin
+        e = r.json("POST", "/admin/policy", "kvr.admin.dump('x')\nreturn {select=function(r, c) "
+                   "return c[1] end}", expect=400)
+        self.assertIn("admin", e["error"])
+
+    def test_operator_scripts_are_admin_only(self):
+        r = kvrh.Router("--block-size", "4", token="0123456789abcdef-token")
+        self.addCleanup(lambda: self.assertEqual(r.stop(), 0, r.stderr()))
+        st, _, _ = r.request("POST", "/admin/script", "return 1", auth=False)
+        self.assertEqual(st, 401)
+        self.assertEqual(r.json("POST", "/admin/script", "return 'x'"), {"result": "x"})
+
+    # ==== --policy-dev ===========================================================================
+
+    def test_policy_dev_reinstalls_a_changed_file(self):
+        d = kvrh.tmpdir()
+        path = os.path.join(d, "dev.lua")
+        with open(path, "w") as f:
+            f.write(PICK_LAST)
+        r = self.router("--policy", path, "--policy-dev")
+        self.assertEqual(self.pick(r)["worker_id"], 3)
+
+        def rewrite(text, bump):
+            with open(path, "w") as f:
+                f.write(text)
+            st = os.stat(path)  # a distinct mtime even on a coarse file-system clock
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + bump * 1000000000))
+
+        rewrite(PICK_FIRST, 1)
+        kvrh.wait_until(lambda: self.pick(r)["worker_id"] == 1, what="--policy-dev reload")
+        self.assertEqual(r.metric("kvrouter_policy_dev_reloads_total"), 1)
+        rewrite("return {", 2)  # broken: refused and logged, the previous version stays
+        r.wait_line(r"--policy-dev: .*dev.lua changed but was refused", stream="err")
+        self.assertEqual(self.pick(r)["worker_id"], 1)
+        rewrite(PICK_LAST, 3)
+        kvrh.wait_until(lambda: self.pick(r)["worker_id"] == 3, what="--policy-dev reload")
+        self.assertEqual(r.metric("kvrouter_policy_dev_reloads_total"), 2)
+        # without --policy-dev nothing is watched
+        path2 = os.path.join(d, "still.lua")
+        with open(path2, "w") as f:
+            f.write(PICK_LAST)
+        r2 = self.router("--policy", path2)
+        with open(path2, "w") as f:
+            f.write(PICK_FIRST)
+        time.sleep(0.6)
+        self.assertEqual(self.pick(r2)["worker_id"], 3)
+
+    # ==== trusted policy files and the stuck-call watchdog ======================================
+
+    LOOPY = """return { select = function(req, c)
+  if req.headers["x-loop"] then local x = 0 while true do x = x + 1 end end
+  local best = c[1]
+  for i = 2, #c do if c[i].id < best.id then best = c[i] end end
+  return best
+end }
+"""
+
+    def test_trusted_file_stuck_call_is_interrupted(self):
+        d = kvrh.tmpdir()
+        path = os.path.join(d, "loopy.lua")
+        with open(path, "w") as f:
+            f.write(self.LOOPY)
+        r = self.router("--policy", path, "--policy-trusted", "--policy-stuck-after", "300ms",
+                        "--threads", "2")
+        pol = {p["name"]: p for p in r.json("GET", "/admin/status")["policy"]["policies"]}
+        self.assertTrue(pol["loopy"]["trusted"])
+        self.assertEqual(self.pick(r)["worker_id"], 1)
+        out = {}
+
+        def stuck():
+            out["r"] = r.request("POST", "/v1/route", {"token_ids": list(range(16)),
+                                 "book": False, "headers": {"x-loop": "1"}}, timeout=60)
+
+        th = threading.Thread(target=stuck)
+        th.start()
+        seen = []
+
+        def not_ready():
+            try:
+                st, _, body = r.request("GET", "/readyz", timeout=2)
+            except OSError:  # landed on the stuck thread
+                return False
+            seen.append((st, body))
+            return st == 503 and b"policy_stuck" in body
+
+        kvrh.wait_until(not_ready, what="/readyz 503 while a thread is stuck")
+        th.join(60)
+        st, _, body = out["r"]
+        self.assertEqual(st, 200, body)
+        route = json.loads(body)
+        self.assertTrue(route["fallback"])  # the interrupted decision: the built-in policy
+        kvrh.wait_until(lambda: r.get("/readyz")[0] == 200, what="ready again")
+        self.assertEqual(r.metric("kvrouter_policy_interrupted_total"), 1)
+        self.assertGreaterEqual(r.metric("kvrouter_policy_stuck_calls_total"), 1)
+        self.assertEqual(r.metric("kvrouter_policy_stuck_threads"), 0)
+        self.assertIn("has been in one call of policy loopy", r.stderr())
+        self.assertIn("rebuilt its Lua state after an interrupted call", r.stderr())
+        for _ in range(4):  # every thread serves the policy again
+            p = self.pick(r)
+            self.assertEqual((p["worker_id"], p["policy"], p["fallback"]), (1, "loopy", False))
+        # Without --policy-trusted the same file runs sandboxed: the time budget stops the loop.
+        r2 = self.router("--policy", path)
+        pol = {p["name"]: p for p in r2.json("GET", "/admin/status")["policy"]["policies"]}
+        self.assertFalse(pol["loopy"]["trusted"])
+        route = r2.json("POST", "/v1/route", {"token_ids": list(range(16)), "book": False,
+                                              "headers": {"x-loop": "1"}})
+        self.assertTrue(route["fallback"])
+        self.assertEqual(r2.metric("kvrouter_policy_lua_timeouts_total", policy="loopy"), 1)
+        self.assertEqual(r2.metric("kvrouter_policy_interrupted_total"), 0)
+
+    def test_fields_the_server_cannot_fill_are_inert(self):
+        # docs/LUA_API.md "What the server fills": no source for these in the router.
+        r = self.router()
+        r.json("POST", "/admin/policy", """return { select = function(req, c)
+  for i = 1, #c do
+    local x = c[i]
+    if req.model ~= "synthetic-model" and (x.kv_usage ~= nil or x.queue ~= 0 or
+        x.overlap_host ~= 0 or x.overlap_disk ~= 0 or x.weight ~= 1) then
+      error("not inert: " .. tostring(x.kv_usage) .. " " .. x.queue)
+    end
+  end
+  return c[1]
+end }""")
+        self.assertFalse(self.pick(r)["fallback"])
 
 
 if __name__ == "__main__":
