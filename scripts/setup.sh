@@ -14,6 +14,7 @@ PACKAGES=(
   curl wrk
 )
 # Extra packages for optional jobs: KVR_SETUP_EXTRA="clang libclang-rt-14-dev valgrind"
+# (scripts/test.sh sets it for its valgrind and fuzz flavours)
 if [ -n "${KVR_SETUP_EXTRA:-}" ]; then
   read -r -a extra <<<"$KVR_SETUP_EXTRA"
   PACKAGES+=("${extra[@]}")

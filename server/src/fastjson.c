@@ -335,6 +335,8 @@ int srv_fast_object(const char *text, size_t len, srv_fast_member_fn fn, void *c
         if (p >= end || *p != ':')
             return 0;
         p = ws(p + 1, end);
+        if (p >= end) /* no value after the ':' (never read past the body) */
+            return 0;
         struct srv_fast_value v;
         v.p = p;
         v.type =

@@ -12,7 +12,9 @@
  *                  connect error / 5xx / 429 before any byte reached the client
  *                    ─▶ breaker failure (429: neutral), release, next alternative after a
  *                       backoff (a failure on a reused keep-alive connection is first retried
- *                       once on the same worker: the worker may just have closed it)
+ *                       once on the same worker: the worker may just have closed it);
+ *                       nothing left to try and every attempt's connection failed ─▶ 503
+ *                       naming the workers (all down); else 502 (504 on a timeout)
  *                  head ─▶ SSE or chunked: start the client reply, pass every chunk through
  *                          as it arrives; with Content-Length: collect, reply in one piece
  *                  first body byte ─▶ prefill done (load tracker first_token)
@@ -96,6 +98,10 @@ struct flow {
     int got_first;
     uint64_t t_attempt_ns;
     uint64_t t_first_ns;
+    /* every attempt's connection failed: the answer is 503 naming them (all workers down) */
+    uint32_t n_attempts;
+    uint32_t n_connect_failed;
+    char down[256]; /* "worker 1 (http://...), worker 2 (...)" */
 };
 
 static void attempt(struct flow *f);
@@ -505,6 +511,16 @@ static void fwd_done(void *ctx, int ok, int kind, int status, int reused)
         f->buf = NULL;
     }
     f->got_first = 0;
+    if (kind == SRV_UPERR_CONNECT) {
+        f->n_connect_failed++;
+        char who[160];
+        snprintf(who, sizeof(who), "worker %llu (%s)", (unsigned long long)w->id,
+                 w->url ? w->url : "no url");
+        if (strstr(f->down, who) == NULL) {
+            size_t dl = strlen(f->down);
+            snprintf(f->down + dl, sizeof(f->down) - dl, "%s%s", dl ? ", " : "", who);
+        }
+    }
     int same = kind == SRV_UPERR_CONNECT && reused && !f->same_retry_done;
     report_outcome(f, retry_status, t_att,
                    kind == SRV_UPERR_TIMEOUT   ? "timeout"
@@ -513,7 +529,10 @@ static void fwd_done(void *ctx, int ok, int kind, int status, int reused)
                                                : "the response broke off");
     if (retry(f, same) == 0)
         return;
-    if (kind == SRV_UPERR_TIMEOUT)
+    if (f->n_connect_failed == f->n_attempts)
+        fail(f, 503, "no worker of %s can be reached: connection failed to %s (%u attempt(s))",
+             f->m->key, f->down, f->n_attempts);
+    else if (kind == SRV_UPERR_TIMEOUT)
         fail(f, 504, "worker %llu timed out", (unsigned long long)w->id);
     else
         fail(f, 502, "worker %llu: %s after %u attempt(s)", (unsigned long long)w->id,
@@ -579,6 +598,7 @@ static void attempt(struct flow *f)
     struct srv_pick *p = &f->d.pick[f->d.cur];
     f->acquired = 1;
     f->resp_status = 0;
+    f->n_attempts++;
     f->t_attempt_ns = srv_now_ns();
     atomic_fetch_add_explicit(&p->w->in_flight, 1, memory_order_relaxed);
     srv_stat_add(&t->st.proxy_attempts, 1);

@@ -16,7 +16,7 @@ import urllib.parse
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "support"))
 import kvrh  # noqa: E402
 
-TOKEN = "s3cret-Token_42"
+TOKEN = "s3cret-Token_42-long-enough"
 L0 = 9143094415614847814
 
 

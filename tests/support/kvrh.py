@@ -7,7 +7,8 @@ every process it started (by its Popen handle, never by name).
 Environment: KVR_BIN_DIR (the build's bin/ directory), set by CTest; KVR_WRAP, a command prefix
 for kvrouter (e.g. "valgrind --error-exitcode=99 ..."; the valgrind flavour sets it); and
 KVR_TIME_SCALE, a factor for every wait and timeout here (and for tests' own latency bounds,
-through scaled()), for slow runs under valgrind or sanitizers.
+through scaled()), for slow runs under valgrind or sanitizers; KVR_ROUTER_ARGS, options given to
+every kvrouter before the test's own (which win), e.g. a longer --policy-budget under valgrind.
 """
 import http.client
 import json
@@ -25,6 +26,7 @@ BIN = os.environ.get("KVR_BIN_DIR", os.path.join(os.path.dirname(__file__), "../
 ROUTER = os.path.join(BIN, "kvrouter")
 MOCK = os.path.join(BIN, "kvr-mock-worker")
 WRAP = shlex.split(os.environ.get("KVR_WRAP", ""))
+ROUTER_ARGS = shlex.split(os.environ.get("KVR_ROUTER_ARGS", ""))
 TIME_SCALE = float(os.environ.get("KVR_TIME_SCALE", "1") or 1)
 WAIT_S = 15.0  # scaled by wait_until
 
@@ -126,7 +128,7 @@ class Router(Proc):
     request (request(..., auth=False) leaves it out; an explicit Authorization header wins)."""
 
     def __init__(self, *args, listen="127.0.0.1:0", env=None, token=None):
-        argv = WRAP + [ROUTER, "--listen", listen] + [str(a) for a in args]
+        argv = WRAP + [ROUTER, "--listen", listen] + ROUTER_ARGS + [str(a) for a in args]
         if token is not None:
             argv += ["--admin-token", token]
         self.token = token

@@ -1,0 +1,1 @@
+return { limits = { max_bdy = 1 } }

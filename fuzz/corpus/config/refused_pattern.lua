@@ -1,0 +1,1 @@
+return { listen = ('x'):rep(10):gsub('x', 'y') }
