@@ -12,9 +12,10 @@
 -- Defaults overlap_weight 1.0, temperature 0 (Dynamo's defaults).
 -- Guarantees always returns one candidate; O(candidates); at T == 0 it makes exactly the
 --          choice of the built-in C fallback (test_policies.c checks this on random inputs).
--- Speed    the O(candidates) loop is kvr.classic_costs (the formula above, in the runtime's
---          JIT-compiled code), so the policy costs about the same sandboxed as trusted;
---          cost_of below is the same formula in plain Lua, and selftest checks the two agree.
+-- Speed    the O(candidates) loop is kvr.classic_argmin / kvr.classic_costs (the formula above,
+--          in the runtime's JIT-compiled code), so the policy costs about the same sandboxed as
+--          trusted; cost_of below is the same formula in plain Lua, and selftest checks that
+--          both helpers agree with it.
 local params = {
     overlap_weight = 1.0,
     temperature = 0.0,
@@ -25,14 +26,15 @@ local costs, trees = {}, {} -- scratch, reused from request to request (this thr
 local function select(req, candidates)
     local w = req.overlap_weight or params.overlap_weight
     local temperature = req.temperature or params.temperature
-    kvr.classic_costs(req, candidates, w, costs, trees)
     if temperature > 0 then
+        kvr.classic_costs(req, candidates, w, costs)
         return candidates[kvr.softmax_pick(costs, temperature)]
     end
-    return candidates[kvr.argmin(costs, trees)] -- ties: fewer tree_blocks, then the earlier one
+    -- the lowest cost; ties: fewer tree_blocks, then the earlier candidate
+    return candidates[kvr.classic_argmin(req, candidates, w)]
 end
 
--- The formula, spelled out (the reference kvr.classic_costs must match).
+-- The formula, spelled out (the reference the helpers must match).
 local function cost_of(req, c, w)
     local bs = req.block_size
     local prefill = req.tokens - c.overlap * bs
@@ -76,6 +78,16 @@ local function selftest()
     kvr.classic_costs(rq, { a }, 1.0, costs, trees)
     if #costs ~= 1 or #trees ~= 1 then
         return false, "stale costs beyond the candidates"
+    end
+    local best = 1 -- the plain-Lua argmin with the tie-break, against kvr.classic_argmin
+    for i = 2, #list do
+        local ci, cb = cost_of(rq, list[i], 1.0), cost_of(rq, list[best], 1.0)
+        if ci < cb or (ci == cb and list[i].tree_blocks < list[best].tree_blocks) then
+            best = i
+        end
+    end
+    if kvr.classic_argmin(rq, list, 1.0) ~= best then
+        return false, "kvr.classic_argmin differs from the formula"
     end
     return true
 end

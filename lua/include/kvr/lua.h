@@ -48,19 +48,24 @@
  *    stopped. A runaway policy on an idle machine therefore stops after ~1.5 x budget_ns; a
  *    thread that was merely preempted (however long) is not blamed.
  *  - Policies installed with KVR_LUA_TRUSTED run JIT-compiled (several times faster). A compiled
- *    loop cannot be interrupted, so trust is an operator decision (never the script's): the
- *    install-time checks still run the policy interpreted under the hook (a runaway loop is
- *    refused before it is ever trusted), every kvr_ffi_* engine call fails once the budget is
- *    exhausted, and the hook still fires whenever the code runs interpreted (trace exits).
+ *    loop cannot be interrupted by the budget, so trust is an operator decision (never the
+ *    script's): the install-time checks still run the policy interpreted under the hook (a
+ *    runaway loop is refused before it is ever trusted), every kvr_ffi_* engine call fails once
+ *    the budget is exhausted, and the hook still fires whenever the code runs interpreted (trace
+ *    exits).
  *  - Every decision is also measured at the C boundary: a decision that used more than 5 x
  *    budget_ns of its thread's CPU time (compiled trusted code, or a C library function such
  *    as table.sort on a huge table, which no hook can interrupt) is discarded (status
  *    ETIMEDOUT, fallback used). The CPU time is read only when the wall time already exceeds
- *    5 x budget_ns, against a sample taken at most once per budget (so ~0.6 us per 10 ms). A
- *    trusted policy that loops forever in pure compiled Lua hangs its thread: only trust
- *    reviewed code (the shipped library is reviewed and tested for bounded work:
- *    tests/unit/lua/test_policies.c). Lua string patterns (find with patterns, match, gmatch,
- *    gsub) are not available to policies: their backtracking runs in C and cannot be bounded.
+ *    5 x budget_ns, against a sample taken at most once per budget (so ~0.4 us per 10 ms).
+ *  - A trusted call that never returns (a loop that stays in its compiled trace) is the
+ *    watchdog's ("Stuck calls" below): reported after a hard limit and, with cfg.stop_signal,
+ *    interrupted while it executes compiled code; its thread's state is then rebuilt. Lua
+ *    string patterns (find with patterns, match, gmatch, gsub) are not available to policies:
+ *    their backtracking runs in C and cannot be bounded.
+ *  - Clocks: calls are armed and timed with CLOCK_MONOTONIC_COARSE (~4 ns a read); the
+ *    deadline is one coarse resolution later than the budget, so a call always gets its full
+ *    budget and at most one tick more. The hook compares against CLOCK_MONOTONIC.
  * Memory: each lua_State has its own counting allocator with a cap (lua_newstate; works on GC64
  * LuaJIT). A policy that exceeds it gets LUA_ERRMEM (status ERRMEM, fallback used), then a full GC.
  *

@@ -364,6 +364,27 @@ function M.classic_costs(req, list, weight, costs, trees)
     return n
 end
 
+-- The index of the candidate of `list` with the lowest classic cost; ties: fewer tree_blocks, then
+-- the earlier one (the C fallback's rule). One compiled pass, nothing stored (runtime code, like
+-- classic_costs). nil for an empty list.
+function M.classic_argmin(req, list, weight)
+    local bs, isl = req.block_size, req.tokens
+    local best, best_cost, best_tree = nil, huge, huge
+    for i = 1, #list do
+        local c = list[i]
+        local prefill = isl - c.overlap * bs
+        if prefill < 0 then
+            prefill = 0
+        end
+        prefill = prefill + c.prefill_tokens
+        local cost = weight * (prefill / bs) + (c.new_blocks + c.decode_blocks)
+        if cost < best_cost or (cost == best_cost and c.tree_blocks < best_tree) then
+            best, best_cost, best_tree = i, cost, c.tree_blocks
+        end
+    end
+    return best
+end
+
 -- Splits s on a plain separator (no patterns). The separator must be a non-empty string: an
 -- empty one would match everywhere without advancing (this loop runs compiled, where no time
 -- budget can stop it).
@@ -440,6 +461,15 @@ function M.new_api(name, random)
     K.argmin = M.argmin
     K.classic_cost = function(req, c, weight)
         return M.classic_cost(req, c, weight or 1.0)
+    end
+    K.classic_argmin = function(req, list, weight)
+        if type(req) ~= "table" or type(list) ~= "table" then
+            error("kvr.classic_argmin: expected the request and an array of candidates", 2)
+        end
+        if weight ~= nil and type(weight) ~= "number" then
+            error("kvr.classic_argmin: the weight must be a number", 2)
+        end
+        return M.classic_argmin(req, list, weight or 1.0)
     end
     K.classic_costs = function(req, list, weight, costs, trees)
         if type(req) ~= "table" or type(list) ~= "table" then

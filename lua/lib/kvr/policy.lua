@@ -283,6 +283,7 @@ end
 local HELPER_FIELDS = {
     classic_cost = { "overlap", "prefill_tokens", "new_blocks", "decode_blocks" },
     classic_costs = { "overlap", "prefill_tokens", "new_blocks", "decode_blocks", "tree_blocks" },
+    classic_argmin = { "overlap", "prefill_tokens", "new_blocks", "decode_blocks", "tree_blocks" },
     rendezvous = { "healthy", "id", "dp_rank" },
     load = { "id", "dp_rank" },
 }
