@@ -765,14 +765,25 @@ static void rank_release(struct kvr_radix *t, uint32_t slot)
  * like anywhere else). */
 
 /* Deletes every table entry for positions [from, to) that `slot` covers on n (one work unit per
- * position); records the hashes of positions other than `keep` in ds (may be NULL). */
-static void entries_drop(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t from,
-                         uint32_t to, uint32_t keep, struct dropset *ds)
+ * position); records the hashes of positions other than `keep` in ds (may be NULL). `known`
+ * (may be NULL) is slot's entry of position `from`, already looked up by the caller: it is
+ * deleted without a second probe (before any other deletion moves entries). */
+static inline __attribute__((always_inline)) void
+entries_drop_known(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t from, uint32_t to,
+                   uint32_t keep, struct dropset *ds, struct tent *known)
 {
     struct extab *tab = &t->ranks[slot].tab;
-    if (to > from)
-        t->work += to - from;
-    for (uint32_t pos = from; pos < to; pos++) {
+    if (to <= from)
+        return;
+    t->work += to - from;
+    uint32_t pos = from;
+    if (known != NULL) {
+        if (ds != NULL && pos != keep && ds->n < 64)
+            ds->h[ds->n++] = kvr_radix_ext_of(n, slot, pos);
+        tab_del(t, tab, known);
+        pos++;
+    }
+    for (; pos < to; pos++) {
         uint64_t ext = kvr_radix_ext_of(n, slot, pos);
         struct tent *e = kvr_radix_tab_find(t, slot, ext);
         if (e == NULL)
@@ -784,6 +795,12 @@ static void entries_drop(struct kvr_radix *t, struct rnode *n, uint32_t slot, ui
                 ds->h[ds->n++] = ext;
         }
     }
+}
+
+static void entries_drop(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t from,
+                         uint32_t to, uint32_t keep, struct dropset *ds)
+{
+    entries_drop_known(t, n, slot, from, to, keep, ds, NULL);
 }
 
 static int drain_idle(const struct kvr_radix *t)
@@ -1374,23 +1391,24 @@ out:
 
 /* ==== remove ================================================================================ */
 
-/* Cuts slot's coverage of n down to `i` positions (deleting its entries from i on), then
- * restores the structural invariants. `keep` is the position whose hash the caller names (not
- * recorded in ds). Never fails: if a cutoff cannot be recorded for lack of memory, the rank leaves
- * the node entirely (an undercount) and *degraded is set. */
-static void cut_at(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t i, uint32_t keep,
-                   int *degraded, struct dropset *ds)
+/* Cuts slot's coverage of n from c (its current cover) down to `i` positions, deleting its
+ * entries from i on, then restores the structural invariants. `keep` is the position whose hash
+ * the caller names (not recorded in ds); `known` (may be NULL) is slot's entry of position i when
+ * i == keep. Never fails: if a cutoff cannot be recorded for lack of memory, the rank leaves the
+ * node entirely (an undercount) and *degraded is set. */
+static void cut_at(struct kvr_radix *t, struct rnode *n, uint32_t slot, uint32_t i, uint32_t c,
+                   uint32_t keep, struct tent *known, int *degraded, struct dropset *ds)
 {
-    uint32_t c = cover_of(n, slot);
     if (i >= c)
         return;
     int full = full_has(n, slot);
     if (i > 0 && full && cut_reserve(t, n, 1) != KVR_OK) {
         *degraded = 1;
         entries_drop(t, n, slot, 0, i, keep, ds);
+        known = NULL; /* deletions may have moved it */
         i = 0;
     }
-    entries_drop(t, n, slot, i, c, keep, ds);
+    entries_drop_known(t, n, slot, i, c, keep, ds, known);
     ovr_del_range(n, slot, i, c);
     full_clear(n, slot);
     if (i == 0)
@@ -1417,20 +1435,26 @@ enum { REMOVE_AHEAD = 4 };
 static int remove_step(struct kvr_radix *t, uint64_t end)
 {
     struct job *j = &t->job;
-    uint32_t slot = j->slot;
-    while (j->i < j->n) {
-        if (t->work >= end)
-            return 1;
-        if (j->i + REMOVE_AHEAD < j->n)
-            tab_prefetch(t, slot, j->hashes[j->i + REMOVE_AHEAD]);
-        uint64_t h = j->hashes[j->i];
+    const uint32_t slot = j->slot;
+    const uint64_t *hashes = j->hashes;
+    const size_t n = j->n;
+    size_t i = j->i;
+    int more = 0;
+    while (i < n) {
+        if (t->work >= end) {
+            more = 1;
+            break;
+        }
+        if (i + REMOVE_AHEAD < n)
+            tab_prefetch(t, slot, hashes[i + REMOVE_AHEAD]);
+        uint64_t h = hashes[i];
         t->work++;
         struct tent *e = kvr_radix_tab_find(t, slot, h);
         if (e == NULL) {
             /* Not there: unless an earlier hash of this event cut it away (a parent removed
              * before its child), the rank did not hold it. */
             j->missing += !dropped_here(&j->ds, h);
-            j->i++;
+            i++;
             continue;
         }
         uint32_t pos;
@@ -1440,11 +1464,14 @@ static int remove_step(struct kvr_radix *t, uint64_t end)
         if (c > pos && (uint64_t)(c - pos) > room)
             target = c - (uint32_t)room;
         int deg = 0;
-        cut_at(t, node, slot, target, pos, &deg, &j->ds);
+        cut_at(t, node, slot, target, c, pos, target == pos ? e : NULL, &deg, &j->ds);
         j->degraded |= deg;
         if (target == pos || deg)
-            j->i++;
+            i++;
     }
+    j->i = i;
+    if (more)
+        return 1;
     tab_maybe_shrink(t, &t->ranks[slot].tab);
     return 0;
 }

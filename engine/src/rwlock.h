@@ -4,8 +4,12 @@
  * walk, one bounded batch of block operations), while a futex sleep/wake hand-off costs tens of
  * microseconds on a virtual machine. With a sleeping lock every writer/reader hand-off pays that,
  * and a writer applying thousands of small events behind a busy reader slowed down more than
- * tenfold. Here waiters spin briefly (CPU pause), then yield the CPU, so a hand-off between two
- * running threads costs a cache-line transfer, and an oversubscribed machine still makes progress.
+ * tenfold. Here waiters spin (CPU pause), then yield the CPU, so a hand-off between two running
+ * threads costs a cache-line transfer, and an oversubscribed machine still makes progress. A
+ * waiting reader spins for up to KVR_RW_READER_SPIN_NS (longer than a bounded write hold, so it
+ * sees the next release while it has a core: one that yields early can lose its core for a time
+ * slice and miss many releases); a writer waiting for readers to leave spins KVR_RW_SPINS pauses,
+ * then yields.
  *
  *   state: bit 31 = a writer holds the lock; bits 0..30 = number of readers holding it
  *   writer_waiting: > 0 while a writer wants the lock; new readers then wait (writer preference)
@@ -29,10 +33,12 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #define KVR_RW_WRITER 0x80000000u
-#define KVR_RW_SPINS 256        /* pauses before a waiter starts yielding */
-#define KVR_RW_LETIN_SPINS 256u /* bound of a releasing writer's wait for the readers */
+#define KVR_RW_SPINS 256 /* pauses before a writer waiting for readers starts yielding */
+#define KVR_RW_READER_SPIN_NS 100000u /* a waiting reader spins this long before yielding */
+#define KVR_RW_LETIN_SPINS 256u       /* bound of a releasing writer's wait for the readers */
 
 struct kvr_rwlock {
     atomic_uint state;
@@ -87,15 +93,38 @@ static inline int kvr_rwlock_try_rd(struct kvr_rwlock *l)
                                                  memory_order_relaxed);
 }
 
+static inline uint64_t kvr_rw_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* A waiting reader spins (checking the lock every pause) for KVR_RW_READER_SPIN_NS, long enough
+ * to see a few bounded write holds end, and only then yields: a reader that yields while the
+ * machine has more runnable threads than cores can lose its core for a time slice and miss the
+ * writer's let-in windows for many holds. */
 static inline void kvr_rwlock_rdlock(struct kvr_rwlock *l)
 {
     if (kvr_rwlock_try_rd(l))
         return;
-    int spins = 0;
     unsigned g = atomic_load_explicit(&l->gen, memory_order_relaxed) & 1u;
     atomic_fetch_add_explicit(&l->waiting[g], 1, memory_order_relaxed);
-    while (!kvr_rwlock_try_rd(l))
-        kvr_backoff(&spins);
+    uint64_t t0 = 0;
+    for (unsigned i = 1; !kvr_rwlock_try_rd(l); i++) {
+        if (t0 == ~0ull) {
+            sched_yield();
+            continue;
+        }
+        kvr_cpu_relax();
+        if ((i & 63u) == 0) {
+            uint64_t now = kvr_rw_now_ns();
+            if (t0 == 0)
+                t0 = now;
+            else if (now - t0 > KVR_RW_READER_SPIN_NS)
+                t0 = ~0ull;
+        }
+    }
     atomic_fetch_sub_explicit(&l->waiting[g], 1, memory_order_relaxed);
 }
 

@@ -11,7 +11,7 @@
  * by the same events; queries from the tree, lane depths from the CKF on request).
  *
  * One kvr_radix_t (and/or kvr_ckf_index_t) behind a writer-preferring reader-writer spin lock
- * (engine/src/rwlock.h: waiters spin briefly, then yield; a futex sleep per hand-off would cost
+ * (engine/src/rwlock.h: waiters spin, then yield; a futex sleep per hand-off would cost
  * more than the critical sections). Readers hold the read lock only inside one call
  * (find_matches: a walk of microseconds, never allocating). Writers apply events in bounded
  * holds: the write lock is released after at most `max_hold_blocks` work units (one unit ~ one
