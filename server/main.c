@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <nats/nats.h>
+
 #include "config.h"
 #include "kvr/sim.h"
 #include "log.h"
@@ -86,6 +88,8 @@ int main(int argc, char **argv)
     }
     srv_stop(s);
     srv_free(s);
+    if (cfg.nats_url != NULL)
+        nats_Close(); /* libnats's own threads and caches (replica sync) */
     srv_config_free(&cfg);
     return 0;
 }

@@ -134,6 +134,26 @@ static const struct opt opts[] = {
      "error | warn | info | debug", "info"},
     {"seed", "seed", T_U64, OFF(seed), 0, UINT64_MAX, "N", "seed for policy sampling and jitter",
      "1"},
+    {"nats", "replicas.nats", T_STR, OFF(nats_url), 0, 0, "URL",
+     "share booked load with the other replicas over NATS (e.g. nats://127.0.0.1:4222)", "off"},
+    {"replica-id", "replicas.id", T_U64, OFF(replica_id), 1, UINT64_MAX, "N",
+     "this replica's id on the sync subject (unique per replica)", "random"},
+    {"replica-subject", "replicas.subject", T_STR, OFF(replica_subject), 0, 0, "SUBJECT",
+     "NATS subject the replicas share", "kvrouter.replicas"},
+    {"replica-timeout", "replicas.timeout", T_MS, OFF(replica_timeout_ms), 100, 3600000, "DUR",
+     "a replica silent this long is presumed dead: its bookings are released", "5s"},
+    {"replica-heartbeat", "replicas.heartbeat", T_MS, OFF(replica_heartbeat_ms), 10, 600000, "DUR",
+     "heartbeat period of a quiet replica (keep it well under the timeout)", "1s"},
+    {"replica-flush", "replicas.flush", T_MS, OFF(replica_flush_ms), 0, 1000, "DUR",
+     "longest a booking waits before it is published (batches of up to 256 ops)", "1ms"},
+    {"peers", "replicas.peers", T_STR, OFF(peers), 0, 0, "URL,URL",
+     "bootstrap: fetch workers and the index from the first peer that answers (GET /v1/workers, "
+     "GET /dump) after connecting to the event streams",
+     "none"},
+    {"peer-token", "replicas.peer_token", T_STR, OFF(peer_token), 0, 0, "TOKEN",
+     "bearer token sent to the peers", "the admin token"},
+    {"bootstrap-wait", "replicas.bootstrap_wait", T_MS, OFF(bootstrap_wait_ms), 0, 60000, "DUR",
+     "wait after subscribing before fetching a peer's dump (ZMQ slow joiner)", "1s"},
 };
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
 
@@ -452,6 +472,11 @@ void srv_config_init(struct srv_config *cfg)
     cfg->block_size = 16;
     cfg->tokenizer = SRV_TOK_AUTO;
     cfg->seed = 1;
+    cfg->replica_subject = strdup("kvrouter.replicas");
+    cfg->replica_timeout_ms = 5000;
+    cfg->replica_heartbeat_ms = 1000;
+    cfg->replica_flush_ms = 1;
+    cfg->bootstrap_wait_ms = 1000;
 }
 
 static void model_cfg_free(struct srv_model_cfg *m)
@@ -460,6 +485,8 @@ static void model_cfg_free(struct srv_model_cfg *m)
     free(m->tenant);
     free(m->policy);
     free(m->kv_topic);
+    free(m->nats_subject);
+    free(m->nats_stream);
 }
 
 static void worker_cfg_free(struct srv_worker_cfg *w)
@@ -481,6 +508,10 @@ void srv_config_free(struct srv_config *cfg)
     free(cfg->snapshot_path);
     free(cfg->policy);
     free(cfg->health_path);
+    free(cfg->nats_url);
+    free(cfg->replica_subject);
+    free(cfg->peers);
+    free(cfg->peer_token);
     for (size_t k = 0; k < cfg->n_models; k++)
         model_cfg_free(&cfg->models[k]);
     free(cfg->models);
@@ -621,6 +652,17 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
         }
         return set_str(&m->policy, v) == 0 ? 0 : (errf(err, err_len, "%s: out of memory", who), -1);
     }
+    if (strcmp(key, "nats_subject") == 0 || strcmp(key, "nats_stream") == 0) {
+        /* KV events as RouterEvent JSON on a NATS subject (nats_events.h), optionally replayed
+         * from the JetStream stream that stores it */
+        if (v == NULL || *v == '\0' || strpbrk(v, " \t\r\n") != NULL) {
+            errf(err, err_len, "%s.%s: expected a NATS %s name", who, key,
+                 key[5] == 's' && key[6] == 'u' ? "subject" : "stream");
+            return -1;
+        }
+        char **dst = strcmp(key, "nats_subject") == 0 ? &m->nats_subject : &m->nats_stream;
+        return set_str(dst, v) == 0 ? 0 : (errf(err, err_len, "%s: out of memory", who), -1);
+    }
     if (strcmp(key, "topic") == 0) {
         /* An empty topic means every message (the engines' default topic is ""). */
         return set_str(&m->kv_topic, v ? v : "") == 0
@@ -672,8 +714,8 @@ static int model_set(struct srv_model_cfg *m, const char *key, const char *v, co
     }
     errf(err, err_len,
          "%s: unknown key '%s' (known: name, tenant, block_size, kind, index, ckf_keys, "
-         "ckf_expected, tokenizer, byte_chunk, policy, topic, ttl, max_blocks, prune_ratio, "
-         "overlap_weight, temperature)",
+         "ckf_expected, tokenizer, byte_chunk, policy, topic, nats_subject, nats_stream, ttl, "
+         "max_blocks, prune_ratio, overlap_weight, temperature)",
          who, key);
     return -1;
 bad_name:
@@ -1065,7 +1107,8 @@ static const struct opt *opt_by_key(const char *key)
 
 static int is_group(const char *key)
 {
-    static const char *const groups[] = {"limits", "snapshot", "health", "breaker", "retry", NULL};
+    static const char *const groups[] = {"limits", "snapshot", "health", "breaker",
+                                         "retry",  "replicas", NULL};
     for (int k = 0; groups[k] != NULL; k++)
         if (strcmp(groups[k], key) == 0)
             return 1;
@@ -1400,6 +1443,57 @@ int srv_config_finish(struct srv_config *cfg, char *err, size_t err_len)
     }
     if (cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
         cfg->retry_backoff_max_ms = cfg->retry_backoff_ms;
+    for (size_t k = 0; k < cfg->n_models; k++) {
+        const struct srv_model_cfg *m = &cfg->models[k];
+        if ((m->nats_subject != NULL || m->nats_stream != NULL) && cfg->nats_url == NULL) {
+            errf(err, err_len, "models[%zu] (%s): nats_subject/nats_stream need --nats URL", k + 1,
+                 m->name);
+            return -1;
+        }
+        if (m->nats_stream != NULL && m->nats_subject == NULL) {
+            errf(err, err_len, "models[%zu] (%s): nats_stream needs nats_subject", k + 1, m->name);
+            return -1;
+        }
+    }
+    if (cfg->nats_url != NULL && strncmp(cfg->nats_url, "nats://", 7) != 0 &&
+        strncmp(cfg->nats_url, "tls://", 6) != 0) {
+        errf(err, err_len, "--nats: expected nats://HOST:PORT[,nats://...], got '%s'",
+             cfg->nats_url);
+        return -1;
+    }
+    if (cfg->replica_subject == NULL || cfg->replica_subject[0] == '\0' ||
+        strpbrk(cfg->replica_subject, " \t\r\n*>") != NULL) {
+        errf(err, err_len, "--replica-subject: expected a NATS subject without wildcards");
+        return -1;
+    }
+    if (cfg->replica_heartbeat_ms * 2 > cfg->replica_timeout_ms) {
+        errf(err, err_len,
+             "--replica-heartbeat (%llu ms) must be at most half of --replica-timeout (%llu ms)",
+             (unsigned long long)cfg->replica_heartbeat_ms,
+             (unsigned long long)cfg->replica_timeout_ms);
+        return -1;
+    }
+    if (cfg->peers != NULL) {
+        const char *p = cfg->peers;
+        size_t k = 0;
+        while (*p != '\0') {
+            const char *e = strchr(p, ',');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            char one[512];
+            if (n == 0 || n >= sizeof(one)) {
+                errf(err, err_len, "--peers: empty or overlong URL at position %zu", k + 1);
+                return -1;
+            }
+            memcpy(one, p, n);
+            one[n] = '\0';
+            if (!url_ok(one)) {
+                errf(err, err_len, "--peers: expected http://HOST[:PORT], got '%s'", one);
+                return -1;
+            }
+            p += n + (e != NULL);
+            k++;
+        }
+    }
     return 0;
 }
 
@@ -1426,6 +1520,8 @@ void srv_config_usage(FILE *out)
             "                         "
             "[,byte_chunk=N][,topic=T][,ttl=DUR][,max_blocks=N][,prune_ratio=R]\n"
             "                         [,overlap_weight=W][,temperature=T]\n"
+            "                         [,nats_subject=SUBJECT][,nats_stream=STREAM] (KV events\n"
+            "                         as RouterEvent JSON over --nats, replayed from JetStream)\n"
             "                         (default: one model 'default' with --block-size)\n"
             "  --worker SPEC          add a worker (repeatable; Lua: workers = {...}):\n"
             "                         id=N[,model=NAME[:TENANT]][,url=http://HOST:PORT]\n"

@@ -79,6 +79,8 @@ struct srv_model_cfg {
     uint32_t byte_chunk;        /* bytes tokenizer: bytes per pseudo-token (1..4; default 4) */
     char *policy;               /* policy name or file for this model (owned), or NULL = default */
     char *kv_topic;             /* ZMQ topic prefix filter of its workers' events (owned) or NULL */
+    char *nats_subject;         /* RouterEvent JSON on this NATS subject (owned) or NULL */
+    char *nats_stream;          /* JetStream stream holding nats_subject, replayed (owned) or NULL */
     uint64_t approx_ttl_ms;     /* approx: block TTL (120 s) */
     uint64_t approx_max_blocks; /* approx: prune above this many (2^20) */
     double approx_prune_ratio;  /* approx: prune down to max * ratio (0.8) */
@@ -152,6 +154,17 @@ struct srv_config {
     int tokenizer;                /* default tokenizer for models that set none */
     uint32_t pad3_;
     uint64_t seed; /* RNG seed for policies and jitter */
+
+    /* replicas (replica.h, docs/DEPLOYMENT.md) */
+    char *nats_url;               /* booked-load sync over NATS (owned) or NULL = off */
+    char *replica_subject;        /* (owned) "kvrouter.replicas" */
+    uint64_t replica_id;          /* 0 = random at start */
+    uint64_t replica_timeout_ms;  /* a silent replica is released after this (5 s) */
+    uint64_t replica_heartbeat_ms; /* heartbeat when quiet (1 s) */
+    uint64_t replica_flush_ms;    /* max delay of a queued op (1 ms; 0 = at once) */
+    char *peers;                  /* bootstrap: comma-separated peer base URLs (owned) or NULL */
+    char *peer_token;             /* bearer token for the peers (owned) or NULL = admin token */
+    uint64_t bootstrap_wait_ms;   /* ZMQ slow-joiner wait before fetching a dump (1 s) */
 
     struct srv_model_cfg *models; /* models[0..n_models) (owned) */
     size_t n_models;

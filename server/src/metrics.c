@@ -14,7 +14,9 @@
 #include "kvr/err.h"
 #include "kvr/event_msgpack.h"
 #include "kvr/kv_subscriber.h"
+#include "nats_events.h"
 #include "policy.h"
+#include "replica.h"
 #include "prom.h"
 #include "server.h"
 
@@ -487,6 +489,13 @@ void srv_api_metrics(struct srv_hreq *h)
     counter(&p, "kvrouter_policy_timeouts_total", "Policy calls over their time budget.",
             SUM(s, policy_timeouts));
     srv_policy_metrics(s->policy, &p);
+    srv_replica_metrics(s->replica, &p);
+    srv_nats_events_metrics(s->nats_events, &p);
+    if (s->cfg->peers != NULL) {
+        srv_prom_header(&p, "kvrouter_bootstrap_dump_events", "gauge",
+                        "Events applied from a peer's dump at start (--peers).");
+        srv_prom_u64(&p, "kvrouter_bootstrap_dump_events", NULL, 0, atomic_load(&s->boot_events));
+    }
 
     counter(&p, "kvrouter_proxy_attempts_total", "Requests sent to workers (retries included).",
             SUM(s, proxy_attempts));
@@ -675,14 +684,24 @@ void srv_api_readyz(struct srv_hreq *h)
     srv_workers_foreach(&s->workers, count_one, &c);
     char body[256];
     int n = snprintf(body, sizeof(body),
-                     "{\"status\":\"%s\",\"models\":%zu,\"workers\":%llu,\"healthy_workers\":%llu}",
-                     ready                       ? "ready"
-                     : !policy_ok                ? "policy_stuck"
-                     : atomic_load(&s->draining) ? "draining"
-                                                 : "starting",
+                     "{\"status\":\"%s\",\"models\":%zu,\"workers\":%llu,\"healthy_workers\":%llu",
+                     ready                            ? "ready"
+                     : !policy_ok                     ? "policy_stuck"
+                     : atomic_load(&s->draining)      ? "draining"
+                     : atomic_load(&s->bootstrapping) ? "bootstrapping"
+                                                      : "starting",
                      srv_models_count(&s->models), (unsigned long long)c.workers,
                      (unsigned long long)c.healthy);
-    srv_reply(h, ready ? 200 : 503, NULL, body, (size_t)n);
+    struct srv_jw w;
+    kvr_buf_reset(&h->t->out);
+    srv_jw_init(&w, &h->t->out);
+    srv_jw_rawn(&w, body, (size_t)n);
+    if (s->replica != NULL) { /* degraded replica sync is reported, not fatal: still ready */
+        srv_jw_raw(&w, ",\"replicas\":");
+        srv_replica_ready_detail(s->replica, &w);
+    }
+    srv_jw_char(&w, '}');
+    srv_reply_out(h, ready ? 200 : 503, w.err);
 }
 
 void srv_api_models(struct srv_hreq *h)

@@ -28,8 +28,12 @@ static void model_free(struct srv_model *m)
     kvr_approx_free(m->approx);
     kvr_load_free(m->load);
     kvr_index_free(m->index);
+    kvr_event_list_free(&m->held_ev);
+    pthread_mutex_destroy(&m->hold_mu);
     free(m->policy);
     free(m->kv_topic);
+    free(m->nats_subject);
+    free(m->nats_stream);
     pthread_mutex_destroy(&m->sub_mu);
     free(m);
 }
@@ -100,6 +104,22 @@ void srv_model_cfg_defaults(struct srv_model_cfg *mc, char *name, char *tenant, 
     mc->overlap_weight = 1.0;
 }
 
+static void load_obs(void *ctx, const struct kvr_load_op *op)
+{
+    struct srv_model *m = ctx;
+    if (m->on_load != NULL)
+        m->on_load(m->sync_ctx, m, op);
+}
+
+static void approx_obs(void *ctx, uint64_t worker_id, uint32_t dp_rank, const uint64_t *locals,
+                       size_t n, uint64_t now_ms)
+{
+    struct srv_model *m = ctx;
+    (void)now_ms;
+    if (m->on_approx != NULL)
+        m->on_approx(m->sync_ctx, m, worker_id, dp_rank, locals, n);
+}
+
 static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_model_cfg *mc,
                      struct srv_model **out)
 {
@@ -110,6 +130,12 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
         free(m);
         return KVR_ENOMEM;
     }
+    pthread_mutex_init(&m->hold_mu, NULL);
+    kvr_event_list_init(&m->held_ev);
+    atomic_init(&m->held, ms->hold_new);
+    m->on_load = ms->on_load;
+    m->on_approx = ms->on_approx;
+    m->sync_ctx = ms->sync_ctx;
     m->slot = slot;
     m->block_size = mc->block_size;
     snprintf(m->name, sizeof(m->name), "%s", mc->name);
@@ -133,6 +159,10 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
         goto fail;
     if (mc->kv_topic != NULL && (m->kv_topic = strdup(mc->kv_topic)) == NULL)
         goto fail;
+    if (mc->nats_subject != NULL && (m->nats_subject = strdup(mc->nats_subject)) == NULL)
+        goto fail;
+    if (mc->nats_stream != NULL && (m->nats_stream = strdup(mc->nats_stream)) == NULL)
+        goto fail;
     /* The CKF keys on Dynamo sequence hashes. Events carry the engine's own block hashes
      * (vLLM/SGLang: opaque), so by default the CKF translates: each stored block's sequence
      * hash is recomputed from its parent's and its tokens' local hash, which is what queries
@@ -147,13 +177,16 @@ static int model_new(struct srv_models *ms, uint32_t slot, const struct srv_mode
     struct kvr_index_config ic = {.kind = m->index_kind, .ckf = &cc};
     if ((rc = kvr_index_new(&ic, &m->index)) != KVR_OK)
         goto fail;
-    struct kvr_load_config lc = {.block_size = m->block_size};
+    struct kvr_load_config lc = {
+        .block_size = m->block_size, .observer = load_obs, .observer_ctx = m};
     if ((rc = kvr_load_new(&lc, &m->load)) != KVR_OK)
         goto fail;
     if (m->kind == SRV_KIND_APPROX) {
         struct kvr_approx_config ac = {.ttl_ms = mc->approx_ttl_ms,
                                        .max_blocks = (size_t)mc->approx_max_blocks,
-                                       .prune_ratio = mc->approx_prune_ratio};
+                                       .prune_ratio = mc->approx_prune_ratio,
+                                       .observer = approx_obs,
+                                       .observer_ctx = m};
         if ((rc = kvr_approx_new(m->index, &ac, &m->approx)) != KVR_OK)
             goto fail;
     }
@@ -232,12 +265,81 @@ uint64_t srv_model_next_request_id(struct srv_model *m)
 
 /* ==== ZMQ subscriber ========================================================================== */
 
-static int sink(void *ctx, const struct kvr_event *ev, size_t n)
+/* Keeps a batch while the model is held; 1 if kept (or dropped over the bound). */
+static int hold_batch(struct srv_model *m, const struct kvr_event *ev, size_t n)
 {
-    struct srv_model *m = ctx;
+    if (!atomic_load_explicit(&m->held, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&m->hold_mu);
+    int kept = atomic_load(&m->held);
+    if (kept) {
+        for (size_t k = 0; k < n; k++) {
+            if (m->held_ev.n >= SRV_HOLD_MAX_EVENTS ||
+                kvr_event_list_push(&m->held_ev, &ev[k]) != KVR_OK)
+                atomic_fetch_add_explicit(&m->held_overflow, 1, memory_order_relaxed);
+            else
+                atomic_fetch_add_explicit(&m->held_events, 1, memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&m->hold_mu);
+    return kept;
+}
+
+static void apply_live(struct srv_model *m, const struct kvr_event *ev, size_t n)
+{
     kvr_index_apply_batch(m->index, ev, n, NULL); /* errors are counted by the index */
     if (m->on_events != NULL)
         m->on_events(m->on_events_ctx, m, ev, n);
+}
+
+void srv_model_hold(struct srv_model *m)
+{
+    pthread_mutex_lock(&m->hold_mu);
+    atomic_store(&m->held, 1);
+    pthread_mutex_unlock(&m->hold_mu);
+}
+
+size_t srv_model_release(struct srv_model *m)
+{
+    size_t applied = 0;
+    pthread_mutex_lock(&m->hold_mu);
+    while (m->held_ev.n > 0) {
+        struct kvr_event_list l = m->held_ev; /* take what is kept; new batches go to a fresh */
+        kvr_event_list_init(&m->held_ev);     /* list and keep their order behind these */
+        pthread_mutex_unlock(&m->hold_mu);
+        apply_live(m, l.ev, l.n);
+        applied += l.n;
+        kvr_event_list_free(&l);
+        pthread_mutex_lock(&m->hold_mu);
+    }
+    atomic_store_explicit(&m->held, 0, memory_order_release);
+    pthread_mutex_unlock(&m->hold_mu);
+    return applied;
+}
+
+size_t srv_models_release_all(struct srv_models *ms)
+{
+    pthread_mutex_lock(&ms->mu);
+    ms->hold_new = 0;
+    pthread_mutex_unlock(&ms->mu);
+    size_t n = srv_models_count(ms), applied = 0;
+    for (size_t k = 0; k < n; k++)
+        applied += srv_model_release(ms->v[k]);
+    return applied;
+}
+
+void srv_model_apply_events(struct srv_model *m, const struct kvr_event *ev, size_t n)
+{
+    if (!hold_batch(m, ev, n))
+        apply_live(m, ev, n);
+}
+
+static int sink(void *ctx, const struct kvr_event *ev, size_t n)
+{
+    struct srv_model *m = ctx;
+    if (hold_batch(m, ev, n))
+        return 0;
+    apply_live(m, ev, n);
     atomic_fetch_add_explicit(&m->sink_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->sink_events, n, memory_order_relaxed);
     return 0;

@@ -41,6 +41,12 @@ struct kvr_kvsub;
 struct srv_model;
 typedef void (*srv_events_fn)(void *ctx, struct srv_model *m, const struct kvr_event *ev, size_t n);
 
+/* Replica sync (replica.h): told of every load op and approximate recording of a model, under
+ * the tracker's / recorder's mutex (so they must be short). */
+typedef void (*srv_load_fn)(void *ctx, struct srv_model *m, const struct kvr_load_op *op);
+typedef void (*srv_approx_fn)(void *ctx, struct srv_model *m, uint64_t worker_id, uint32_t dp_rank,
+                              const uint64_t *locals, size_t n);
+
 struct srv_model {
     uint32_t slot;         /* index in the registry */
     uint32_t block_size;   /* tokens per block */
@@ -56,6 +62,8 @@ struct srv_model {
     uint32_t pad_;
     char *policy;            /* policy name/file (owned) or NULL = server default */
     char *kv_topic;          /* ZMQ topic prefix of its workers' KV events (owned) or NULL = all */
+    char *nats_subject;      /* KV events (RouterEvent JSON) on this NATS subject (owned) or NULL */
+    char *nats_stream;       /* JetStream stream replayed for it (owned) or NULL */
     srv_events_fn on_events; /* from srv_models */
     void *on_events_ctx;
     double overlap_weight; /* built-in policy */
@@ -72,12 +80,28 @@ struct srv_model {
     _Atomic uint64_t sink_events;     /* events applied from ZMQ */
     _Atomic uint64_t http_events;     /* events applied from POST /v1/events */
     _Atomic uint64_t route_decisions; /* routing decisions */
+    srv_load_fn on_load;              /* from srv_models (replica sync) or NULL */
+    srv_approx_fn on_approx;
+    void *sync_ctx;
+    /* Bootstrap gate (replica.h, peer.h): while held, KV-event batches from the subscriber are
+     * kept in order instead of applied; srv_model_release applies them, then goes live. */
+    pthread_mutex_t hold_mu;
+    _Atomic int held;
+    struct kvr_event_list held_ev;  /* kept batches (owned) */
+    _Atomic uint64_t held_events;   /* events kept while held (total) */
+    _Atomic uint64_t held_overflow; /* events dropped: more than SRV_HOLD_MAX_EVENTS kept */
 };
+
+#define SRV_HOLD_MAX_EVENTS (1u << 22) /* events a held model keeps (then drops and counts) */
 
 struct srv_models {
     srv_events_fn on_events; /* set before any model is created, or NULL */
     void *on_events_ctx;
-    pthread_mutex_t mu;                  /* serialises creation */
+    srv_load_fn on_load; /* replica sync: set before any model is created, or NULL */
+    srv_approx_fn on_approx;
+    void *sync_ctx;
+    int hold_new;       /* models created while set start held (bootstrap from peers) */
+    pthread_mutex_t mu; /* serialises creation */
     struct srv_model *v[SRV_MAX_MODELS]; /* published slots */
     _Atomic size_t n;                    /* slots published (release/acquire) */
     struct srv_logger *log;              /* borrowed */
@@ -137,5 +161,16 @@ int srv_model_subscribe(struct srv_models *ms, struct srv_model *m, uint64_t wor
 
 /* Removes a source (KVR_OK or KVR_ENOTFOUND). */
 int srv_model_unsubscribe(struct srv_model *m, uint32_t sub_id);
+
+/* Bootstrap gate: hold keeps the model's incoming ZMQ batches; release applies what was kept,
+ * in arrival order, then applies live batches directly again (batches arriving meanwhile keep
+ * their order). srv_models_release_all releases every model and clears hold_new. Returns the
+ * number of events applied from the hold. */
+void srv_model_hold(struct srv_model *m);
+/* The subscriber's path for one batch (borrowed): kept while held, else applied to the index
+ * and given to the policies' hooks. */
+void srv_model_apply_events(struct srv_model *m, const struct kvr_event *ev, size_t n);
+size_t srv_model_release(struct srv_model *m);
+size_t srv_models_release_all(struct srv_models *ms);
 
 #endif

@@ -15,10 +15,29 @@
 
 #include "clock.h"
 #include "kvr/err.h"
+#include "nats_events.h"
+#include "peer.h"
 #include "policy.h"
 #include "registry.h"
+#include "replica.h"
 #include "snapshots.h"
 #include "thread.h"
+
+/* A random non-zero replica id (/dev/urandom; time and pid if it cannot be read). */
+static uint64_t random_replica_id(void)
+{
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f != NULL) {
+        if (fread(&v, sizeof(v), 1, f) != 1)
+            v = 0;
+        fclose(f);
+    }
+    if (v == 0)
+        v = (srv_now_ns() ^ ((uint64_t)getpid() << 32)) * 0x9E3779B97F4A7C15ull;
+    v &= (1ull << 53) - 1; /* exact in any JSON reader */
+    return v ? v : 1;
+}
 
 static int setup_models(struct srv *s, char *err, size_t err_len)
 {
@@ -80,6 +99,7 @@ int srv_new(const struct srv_config *cfg, struct srv_logger *log, struct srv **o
     s->start_ms = srv_now_ms();
     atomic_init(&s->ready, 0);
     atomic_init(&s->draining, 0);
+    atomic_init(&s->bootstrapping, cfg->peers != NULL);
     pthread_mutex_init(&s->snap.mu, NULL);
     int rc = srv_models_init(&s->models, log);
     s->models.on_events = srv_policy_events; /* policies' KV-event hooks */
@@ -96,13 +116,32 @@ int srv_new(const struct srv_config *cfg, struct srv_logger *log, struct srv **o
         free(s);
         return rc;
     }
+    if (cfg->nats_url != NULL) {
+        struct srv_replica_cfg rc_ = {.nats_url = cfg->nats_url,
+                                      .subject = cfg->replica_subject,
+                                      .router_id =
+                                          cfg->replica_id ? cfg->replica_id : random_replica_id(),
+                                      .flush_us = cfg->replica_flush_ms * 1000u,
+                                      .max_batch = 256,
+                                      .heartbeat_ms = cfg->replica_heartbeat_ms,
+                                      .timeout_ms = cfg->replica_timeout_ms};
+        if ((rc = srv_replica_new(s, &rc_, &s->replica, err, err_len)) != KVR_OK)
+            goto fail;
+        s->models.on_load = srv_replica_on_load; /* before any model exists */
+        s->models.on_approx = srv_replica_on_approx;
+        s->models.sync_ctx = s->replica;
+    }
+    /* Bootstrapping from a peer: every model keeps its live events until the dump is in. */
+    s->models.hold_new = cfg->peers != NULL;
     if ((rc = setup_models(s, err, err_len)) != KVR_OK)
+        goto fail;
+    if ((rc = srv_nats_events_new(s, cfg->nats_url, &s->nats_events, err, err_len)) != KVR_OK)
         goto fail;
     if (cfg->admin_token != NULL && strlen(cfg->admin_token) < 16)
         srv_logf(log, SRV_LOG_WARN, "main",
                  "the admin token is short (%zu characters): use 16 or more random characters",
                  strlen(cfg->admin_token));
-    if (cfg->snapshot_path != NULL) {
+    if (cfg->snapshot_path != NULL && cfg->peers == NULL) { /* with peers: peer.c decides */
         uint64_t events = 0;
         char e[512];
         /* a refused snapshot is logged and the router starts empty: never fatal */
@@ -189,7 +228,16 @@ int srv_start(struct srv *s, char *err, size_t err_len)
             snprintf(err, err_len, "cannot start HTTP thread %u", k);
             return KVR_EIO;
         }
-    atomic_store(&s->ready, 1);
+    if (s->replica != NULL && srv_replica_start(s->replica, err, err_len) != KVR_OK)
+        return KVR_EIO;
+    if (srv_nats_events_start(s->nats_events, err, err_len) != KVR_OK)
+        return KVR_EIO;
+    if (cfg->peers != NULL) {
+        if (srv_peer_bootstrap_start(s, err, err_len) != KVR_OK) /* it sets ready when done */
+            return KVR_EIO;
+    } else {
+        atomic_store(&s->ready, 1);
+    }
     srv_logf(s->log, SRV_LOG_INFO, "main", "listening on %s:%u with %u thread(s), %zu model(s)",
              cfg->listen_host, s->port, s->n_threads, srv_models_count(&s->models));
     return KVR_OK;
@@ -204,8 +252,10 @@ void srv_stop(struct srv *s)
     for (uint32_t k = 0; k < s->n_threads; k++)
         if (s->threads[k].started)
             srv_thread_drain(&s->threads[k]);
+    srv_peer_bootstrap_join(s);
     for (uint32_t k = 0; k < s->n_threads; k++)
         srv_thread_join(&s->threads[k]);
+    srv_replica_stop(s->replica); /* after the last frees were queued: then "bye" */
     srv_control_stop(s->ctl);
     if (s->cfg->snapshot_path != NULL) {
         char err[512];
@@ -242,7 +292,12 @@ void srv_free(struct srv *s)
         srv_thread_free(&s->threads[k]);
     free(s->threads);
     srv_control_free(s->ctl);
-    srv_models_free(&s->models); /* stops the subscribers before the indexes go */
+    srv_peer_bootstrap_join(s);
+    srv_nats_events_free(s->nats_events); /* no more events into the indexes */
+    s->nats_events = NULL;
+    srv_replica_stop(s->replica); /* no more remote ops into the trackers */
+    srv_models_free(&s->models);  /* stops the subscribers before the indexes go */
+    srv_replica_free(s->replica);
     srv_workers_free(&s->workers);
     srv_policy_rt_free(s->policy);
     pthread_mutex_destroy(&s->snap.mu);

@@ -57,6 +57,9 @@ struct srv;
 struct srv_thread;
 struct srv_control;
 struct srv_policy_rt;
+struct srv_replica;
+struct srv_nats_events;
+struct boot;
 struct srv_pool;
 
 /* ==== connections ============================================================================= */
@@ -194,6 +197,11 @@ struct srv {
     _Atomic int ready;    /* every thread serves */
     _Atomic int draining; /* shutdown in progress */
     struct srv_snapstat snap;
+    struct srv_replica *replica;         /* booked-load sync over NATS (replica.h) or NULL */
+    struct srv_nats_events *nats_events; /* KV events from NATS subjects (nats_events.h) */
+    struct boot *boot;                   /* bootstrap thread (peer.h) or NULL; main thread only */
+    _Atomic int bootstrapping;           /* 1 until the bootstrap from peers is done (/readyz) */
+    _Atomic uint64_t boot_events;        /* events applied from a peer's dump at start */
 };
 
 /* Creates the server: models and workers from cfg, the policy runtime, the snapshot restore.

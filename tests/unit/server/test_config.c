@@ -157,6 +157,89 @@ START_TEST(cross_field_validation)
 }
 END_TEST
 
+/* Replica sync and NATS events: flags, the config file's replicas table, the model options,
+ * and the cross-field rules. */
+START_TEST(replica_options)
+{
+    struct srv_config c;
+    char err[SRV_CFG_ERR];
+    char *argv[] = {"kvrouter",
+                    "--nats",
+                    "nats://127.0.0.1:4222",
+                    "--replica-id",
+                    "7",
+                    "--replica-timeout",
+                    "3s",
+                    "--replica-heartbeat",
+                    "500ms",
+                    "--replica-flush",
+                    "0",
+                    "--peers",
+                    "http://a:1,http://b:2/x",
+                    "--model",
+                    "m,nats_subject=kv.m,nats_stream=KV",
+                    NULL};
+    ck_assert_msg(parse(&c, err, 15, argv) == 0, "%s", err);
+    ck_assert_str_eq(c.nats_url, "nats://127.0.0.1:4222");
+    ck_assert_uint_eq(c.replica_id, 7);
+    ck_assert_uint_eq(c.replica_timeout_ms, 3000);
+    ck_assert_uint_eq(c.replica_heartbeat_ms, 500);
+    ck_assert_uint_eq(c.replica_flush_ms, 0);
+    ck_assert_str_eq(c.replica_subject, "kvrouter.replicas");
+    ck_assert_uint_eq(c.bootstrap_wait_ms, 1000);
+    ck_assert_str_eq(c.peers, "http://a:1,http://b:2/x");
+    ck_assert_str_eq(c.models[0].nats_subject, "kv.m");
+    ck_assert_str_eq(c.models[0].nats_stream, "KV");
+    srv_config_free(&c);
+
+    char *d[] = {"kvrouter", NULL};
+    ck_assert_int_eq(parse(&c, err, 1, d), 0);
+    ck_assert_ptr_null(c.nats_url); /* off by default */
+    ck_assert_uint_eq(c.replica_timeout_ms, 5000);
+    ck_assert_uint_eq(c.replica_heartbeat_ms, 1000);
+    ck_assert_uint_eq(c.replica_flush_ms, 1);
+    srv_config_free(&c);
+
+    srv_config_init(&c);
+    const char *lua = "return { replicas = { nats = 'nats://n:1', id = 9, subject = 'x.y',"
+                      " timeout = 10, peers = 'http://p:1', peer_token = 'tok',"
+                      " bootstrap_wait = '250ms' } }";
+    ck_assert_int_eq(srv_config_load_text(&c, lua, strlen(lua), "k.lua", err, sizeof(err)), 0);
+    ck_assert_int_eq(srv_config_finish(&c, err, sizeof(err)), 0);
+    ck_assert_str_eq(c.replica_subject, "x.y");
+    ck_assert_uint_eq(c.replica_id, 9);
+    ck_assert_uint_eq(c.replica_timeout_ms, 10000);
+    ck_assert_str_eq(c.peer_token, "tok");
+    ck_assert_uint_eq(c.bootstrap_wait_ms, 250);
+    srv_config_free(&c);
+
+    struct {
+        const char *flag, *value, *needle;
+    } bad[] = {
+        {"--nats", "http://x:1", "expected nats://"},
+        {"--replica-id", "0", "--replica-id"},
+        {"--replica-subject", "a.*", "wildcards"},
+        {"--replica-heartbeat", "4s", "at most half"},
+        {"--peers", "http://a:1,,http://b", "empty"},
+        {"--peers", "ftp://a", "expected http://"},
+        {"--model", "m,nats_subject=kv", "need --nats"},
+        {"--model", "m,nats_stream=S", "need --nats"},
+        {"--model", "m,nats_subject=", "expected a NATS subject"},
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        char *av[] = {"kvrouter", (char *)bad[k].flag, (char *)bad[k].value, NULL};
+        ck_assert_msg(parse(&c, err, 3, av) == -1, "%s %s accepted", bad[k].flag, bad[k].value);
+        ck_assert_msg(strstr(err, bad[k].needle) != NULL, "%s %s: '%s'", bad[k].flag, bad[k].value,
+                      err);
+        srv_config_free(&c);
+    }
+    char *sn[] = {"kvrouter", "--nats", "nats://n:1", "--model", "m,nats_stream=S", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, sn), -1);
+    ck_assert_ptr_nonnull(strstr(err, "nats_stream needs nats_subject"));
+    srv_config_free(&c);
+}
+END_TEST
+
 static int load(struct srv_config *c, const char *text, char *err)
 {
     srv_config_init(c);
@@ -394,6 +477,7 @@ Suite *config_suite(void)
     tcase_add_test(te, lua_file);
     tcase_add_test(te, lua_sandbox_and_errors);
     tcase_add_test(te, ckf_model_options);
+    tcase_add_test(te, replica_options);
     tcase_set_timeout(te, 30);
     suite_add_tcase(s, te);
     return s;
