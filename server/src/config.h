@@ -68,20 +68,20 @@ enum srv_tokenizer {
 };
 
 struct srv_model_cfg {
-    char *name;                 /* model name (owned) */
-    char *tenant;               /* tenant (owned), "default" */
-    uint32_t block_size;        /* tokens per block, 2..65536 */
-    int kind;                   /* enum srv_model_kind */
-    int index_kind;             /* enum kvr_index_kind: radix (default), ckf, both */
-    int ckf_keys;               /* CKF/both: SRV_CKF_KEYS_TRANSLATE (default) or _ENGINE */
-    uint64_t ckf_expected;      /* CKF/both: blocks per rank sizing the filter (0 = 16384) */
-    int tokenizer;              /* enum srv_tokenizer */
-    uint32_t byte_chunk;        /* bytes tokenizer: bytes per pseudo-token (1..4; default 4) */
-    char *policy;               /* policy name or file for this model (owned), or NULL = default */
-    char *kv_topic;             /* ZMQ topic prefix filter of its workers' events (owned) or NULL */
-    char *nats_subject;         /* RouterEvent JSON on this NATS subject (owned) or NULL */
-    char *nats_stream;          /* JetStream stream holding nats_subject, replayed (owned) or NULL */
-    uint64_t approx_ttl_ms;     /* approx: block TTL (120 s) */
+    char *name;             /* model name (owned) */
+    char *tenant;           /* tenant (owned), "default" */
+    uint32_t block_size;    /* tokens per block, 2..65536 */
+    int kind;               /* enum srv_model_kind */
+    int index_kind;         /* enum kvr_index_kind: radix (default), ckf, both */
+    int ckf_keys;           /* CKF/both: SRV_CKF_KEYS_TRANSLATE (default) or _ENGINE */
+    uint64_t ckf_expected;  /* CKF/both: blocks per rank sizing the filter (0 = 16384) */
+    int tokenizer;          /* enum srv_tokenizer */
+    uint32_t byte_chunk;    /* bytes tokenizer: bytes per pseudo-token (1..4; default 4) */
+    char *policy;           /* policy name or file for this model (owned), or NULL = default */
+    char *kv_topic;         /* ZMQ topic prefix filter of its workers' events (owned) or NULL */
+    char *nats_subject;     /* RouterEvent JSON on this NATS subject (owned) or NULL */
+    char *nats_stream;      /* JetStream stream holding nats_subject, replayed (owned) or NULL */
+    uint64_t approx_ttl_ms; /* approx: block TTL (120 s) */
     uint64_t approx_max_blocks; /* approx: prune above this many (2^20) */
     double approx_prune_ratio;  /* approx: prune down to max * ratio (0.8) */
     double overlap_weight;      /* built-in policy weight (1.0) */
@@ -123,9 +123,9 @@ struct srv_config {
     char *snapshot_path;         /* (owned) or NULL */
     uint64_t snapshot_period_ms; /* 0 = only on shutdown and on demand */
 
-    char *policy;            /* default policy file or name (owned) or NULL = built-in */
-    int allow_policy_header; /* honour x-kvrouter-policy */
-    int policy_trusted;      /* configured policy files run trusted (JIT on) */
+    char *policy;                   /* default policy file or name (owned) or NULL = built-in */
+    int allow_policy_header;        /* honour x-kvrouter-policy */
+    int policy_trusted;             /* configured policy files run trusted (JIT on) */
     uint64_t policy_budget_ms;      /* per decision time budget (10 ms) */
     uint64_t policy_stuck_after_ms; /* watchdog hard limit per call (1 s; 0 = no watchdog) */
     uint64_t script_budget_ms;      /* operator scripts (5 s) */
@@ -156,15 +156,15 @@ struct srv_config {
     uint64_t seed; /* RNG seed for policies and jitter */
 
     /* replicas (replica.h, docs/DEPLOYMENT.md) */
-    char *nats_url;               /* booked-load sync over NATS (owned) or NULL = off */
-    char *replica_subject;        /* (owned) "kvrouter.replicas" */
-    uint64_t replica_id;          /* 0 = random at start */
-    uint64_t replica_timeout_ms;  /* a silent replica is released after this (5 s) */
+    char *nats_url;                /* booked-load sync over NATS (owned) or NULL = off */
+    char *replica_subject;         /* (owned) "kvrouter.replicas" */
+    uint64_t replica_id;           /* 0 = random at start */
+    uint64_t replica_timeout_ms;   /* a silent replica is released after this (5 s) */
     uint64_t replica_heartbeat_ms; /* heartbeat when quiet (1 s) */
-    uint64_t replica_flush_ms;    /* max delay of a queued op (1 ms; 0 = at once) */
-    char *peers;                  /* bootstrap: comma-separated peer base URLs (owned) or NULL */
-    char *peer_token;             /* bearer token for the peers (owned) or NULL = admin token */
-    uint64_t bootstrap_wait_ms;   /* ZMQ slow-joiner wait before fetching a dump (1 s) */
+    uint64_t replica_flush_ms;     /* max delay of a queued op (1 ms; 0 = at once) */
+    char *peers;                   /* bootstrap: comma-separated peer base URLs (owned) or NULL */
+    char *peer_token;              /* bearer token for the peers (owned) or NULL = admin token */
+    uint64_t bootstrap_wait_ms;    /* ZMQ slow-joiner wait before fetching a dump (1 s) */
 
     struct srv_model_cfg *models; /* models[0..n_models) (owned) */
     size_t n_models;
