@@ -120,19 +120,19 @@ START_TEST(bad_sections_and_events_are_counted)
     /* block size conflict: skipped whole; a bad event among good ones: counted, the rest
      * applied; an unknown parent: refused by the index and counted. */
     const char *dump = "{\"default:default\":{\"block_size\":32,\"events\":[" STORED(
-        1,
-        0, "null", "{\"block_hash\":1,\"tokens_hash\":1}") "]},"
-                                                           "\"fresh:default\":{\"block_size\":8,"
-                                                           "\"events\":[" STORED(
-                                                               1, 0, "null",
-                                                               "{\"block_hash\":1,\"tokens_hash\":"
-                                                               "31}") ","
-                                                                      "{\"worker_id\":\"x\"}"
-                                                                      "," STORED(1, 2, "999",
-                                                                                 "{\"block_hash\":"
-                                                                                 "2,\"tokens_"
-                                                                                 "hash\":32}") "]}"
-                                                                                               "}";
+        1, 0, "null",
+        "{\"block_hash\":1,\"tokens_hash\":1}") "]},"
+                                                "\"fresh:default\":{\"block_size\":8,"
+                                                "\"events\":[" STORED(
+                                                    1, 0, "null",
+                                                    "{\"block_hash\":1,\"tokens_hash\":"
+                                                    "31}") ","
+                                                           "{\"worker_id\":\"x\"}"
+                                                           "," STORED(1, 2, "999",
+                                                                      "{\"block_hash\":"
+                                                                      "2,\"tokens_"
+                                                                      "hash\":32}") "]}"
+                                                                                    "}";
     struct srv_peer_dump_stats st;
     char err[256] = "";
     ck_assert_msg(srv_peer_apply_dump(s, dump, strlen(dump), &st, err, sizeof(err)) == KVR_OK, "%s",
