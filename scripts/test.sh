@@ -8,6 +8,7 @@
 #   scripts/test.sh fuzz       a short libFuzzer run of every fuzz target (clang; build-fuzz/):
 #                              KVR_FUZZ_SECONDS each (default 30); fails on any crash, leak,
 #                              timeout or sanitizer report (artifacts kept in build-fuzz/artifacts)
+# KVR_BUILD_DIR overrides the build directory of the valgrind and fuzz flavours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flavour=${1:-release}
@@ -47,11 +48,12 @@ case "$flavour" in
     (cd "$dir" && ctest "${ctest_args[@]}")
     ;;
   valgrind)
-    build_in build-valgrind -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVR_VALGRIND=ON
-    (cd build-valgrind && ctest --output-on-failure -j2 -L valgrind)
+    dir=${KVR_BUILD_DIR:-build-valgrind}
+    build_in "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVR_VALGRIND=ON
+    (cd "$dir" && ctest --output-on-failure -j2 -L valgrind)
     ;;
   fuzz)
-    dir=build-fuzz
+    dir=${KVR_BUILD_DIR:-build-fuzz}
     targets=$(sed -n 's/^set(KVR_FUZZ_[A-Z]*_TARGETS \(.*\))$/\1/p' fuzz/CMakeLists.txt)
     BUILD_TARGETS=$(for t in $targets; do printf 'fuzz_%s ' "$t"; done) \
       build_in "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVR_FUZZ=ON -DCMAKE_C_COMPILER=clang
