@@ -96,7 +96,17 @@ static int encode_index(const struct kvr_snapshot_index *ix, struct kvr_buf *out
     }
     struct kvr_event_list l;
     kvr_event_list_init(&l);
-    int rc = kvr_index_dump(ix->index, &l);
+    /* A dump reads in chunks while writers go on (kvr/index.h): prefer an exact cut, trying a
+     * few times; under a steady stream of events the last, fuzzy, dump is written (it holds only
+     * blocks held at some point during the dump: as stale as any snapshot, never invented). */
+    struct kvr_index_dump_info info = {0, 0};
+    int rc = KVR_OK;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        kvr_event_list_reset(&l);
+        rc = kvr_index_dump_ex(ix->index, &l, &info);
+        if (rc != KVR_OK || info.exact)
+            break;
+    }
     if (rc != KVR_OK) {
         kvr_event_list_free(&l);
         snprintf(err, err_len, "dumping index %s: %s", ix->name, kvr_strerror(rc));

@@ -220,7 +220,9 @@ static void unique_names(struct kvr_sim_policy *p, size_t n)
                 char base[KVR_SIM_NAME_MAX + 1];
                 memcpy(base, p[i].name, sizeof(base));
                 k = k < 99999 ? k + 1 : 99999;
-                snprintf(p[i].name, sizeof(p[i].name), "%.52s-%d", base, k);
+                /* "-" and at most 5 digits after at most 52 bytes of the name: fits */
+                int w = snprintf(p[i].name, sizeof(p[i].name), "%.52s-%d", base, k);
+                (void)w;
                 j = (size_t)-1; /* rescan: the new name may clash too */
             }
     }

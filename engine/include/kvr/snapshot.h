@@ -1,7 +1,9 @@
 /* snapshot.h - durable snapshots of one or more indexes, and their hostile-input loader.
  *
- * A snapshot is the event dump of each index (kvr_index_dump: stored events that replay to
- * identical scores) in a checksummed binary file (full layout: docs/SNAPSHOT_FORMAT.md):
+ * A snapshot is the event dump of each index (kvr_index_dump_ex: stored events that replay to
+ * identical scores when the dump is an exact cut, which the writer tries for three times; under a
+ * steady stream of events it keeps the last, fuzzy, dump, which holds only blocks held at some
+ * point during it) in a checksummed binary file (full layout: docs/SNAPSHOT_FORMAT.md):
  *
  *   +--------------------------------------------------------------+
  *   | header 32 B: "KVRSNAP1" | u32 version 1 | u32 0x01020304       |
