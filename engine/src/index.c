@@ -9,7 +9,7 @@
 #include "kvr/err.h"
 #include "rwlock.h"
 
-#define DEFAULT_MAX_HOLD 1024u
+#define DEFAULT_MAX_HOLD 256u
 
 struct kvr_index {
     struct kvr_rwlock lock;

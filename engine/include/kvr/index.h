@@ -67,7 +67,7 @@ enum kvr_index_kind {
 
 struct kvr_index_config {
     int kind;                               /* enum kvr_index_kind; 0 means KVR_INDEX_RADIX */
-    uint32_t max_hold_blocks;               /* work units per write-lock hold; 0 means 1024 */
+    uint32_t max_hold_blocks;               /* work units per write-lock hold; 0 means 256 */
     const struct kvr_ckf_index_config *ckf; /* CKF settings (CKF/BOTH); NULL = defaults */
     uint64_t dump_chunk_blocks;             /* blocks emitted per dump read hold; 0 = max_hold */
 };
