@@ -91,12 +91,14 @@ def drive(routers, clients, seconds, ntok):
     return sum(done), sum(errors), time.time() - t0
 
 
-def start(n, workers, nats_url):
+def start(n, workers, nats_url, flush=None):
     rs = []
     for i in range(n):
         args = ["--threads", "2", "--health-interval", "0", "--log-level", "warn"]
         if nats_url:
             args += ["--nats", nats_url, "--replica-id", str(i + 1)]
+            if flush is not None:
+                args += ["--replica-flush", flush]
         for w in range(workers):
             args += ["--worker", "id=%d,url=http://127.0.0.1:9" % (w + 1)]
         rs.append(kvrh.Router(*args))
@@ -108,7 +110,7 @@ def start(n, workers, nats_url):
 
 
 def one_run(args, nats):
-    rs = start(args.replicas, args.workers, nats.url)
+    rs = start(args.replicas, args.workers, nats.url, args.flush)
     try:
         n, err, el = drive(rs, args.clients, args.seconds, args.tokens)
         time.sleep(0.3)  # the last batches land
@@ -151,6 +153,7 @@ def main():
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=1024, help="prompt length (block size 16)")
+    ap.add_argument("--flush", help="--replica-flush of the replicas (default: theirs, 1ms)")
     args = ap.parse_args()
     nats = NatsServer()
     try:
@@ -160,9 +163,9 @@ def main():
         nats.stop()
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     bmed = statistics.median(b["rps"] for b in base)
-    print("replica sync: %d replicas, %d workers, %d clients, %d-token prompts, %d runs of %.0f s"
-          " (medians)" % (args.replicas, args.workers, args.clients, args.tokens, args.runs,
-                          args.seconds))
+    print("replica sync: %d replicas, %d workers, %d clients, %d-token prompts, flush %s, %d runs of"
+          " %.0f s (medians)" % (args.replicas, args.workers, args.clients, args.tokens,
+                                 args.flush or "1ms", args.runs, args.seconds))
     print("  routed requests (route + free) per run  %.0f (%.0f req/s; without sync %.0f req/s)"
           % (med["requests"], med["rps"], bmed))
     print("  sync messages per routed request        %.3f (%.1f ops per message)"
