@@ -252,7 +252,8 @@ static size_t index_size(struct kvr_approx *a)
 {
     struct kvr_index_stats st;
     kvr_index_stats(a->idx, &st);
-    return st.radix.block_ranks;
+    /* a CKF-only index has no tree: its ownership entries are the (block, rank) pairs */
+    return st.kind == KVR_INDEX_CKF ? (size_t)st.ckf.blocks : st.radix.block_ranks;
 }
 
 static void prune_locked(struct kvr_approx *a)

@@ -272,11 +272,11 @@ static void model_families(struct srv_prom *p, struct srv *s)
                     "KV events (or blocks) the index rejected, by error kind.");
     for (size_t k = 0; k < n; k++) {
         const struct kvr_index_counters *c = &st[k].counters;
-        const char *names[] = {"ParentBlockNotFound", "BlockNotFound", "InvalidBlockSequence",
-                               "AllocationFailed", "Other"};
-        uint64_t v[] = {c->err_parent, c->err_block, c->err_invalid_seq, c->err_nomem,
-                        c->err_other};
-        for (int e = 0; e < 5; e++) {
+        const char *names[] = {"ParentBlockNotFound", "BlockNotFound",    "InvalidBlockSequence",
+                               "AllocationFailed",    "CapacityOmission", "Other"};
+        uint64_t v[] = {c->err_parent, c->err_block,    c->err_invalid_seq,
+                        c->err_nomem,  c->err_capacity, c->err_other};
+        for (int e = 0; e < 6; e++) {
             struct srv_prom_label l[2] = {{"model", srv_models_at(&s->models, k)->key},
                                           {"error", names[e]}};
             srv_prom_u64(p, "kvrouter_index_event_errors_total", l, 2, v[e]);

@@ -150,6 +150,32 @@ START_TEST(observer_and_quiet_records)
 }
 END_TEST
 
+START_TEST(prune_over_a_ckf_index)
+{
+    /* The size limit counts (block, rank) entries of whatever index backs the recorder: a
+     * CKF-only index has no tree, its ownership entries are the measure. */
+    kvr_index_t *idx;
+    kvr_approx_t *a;
+    struct kvr_index_config ic = {.kind = KVR_INDEX_CKF};
+    struct kvr_approx_config cfg = {.ttl_ms = 100000, .max_blocks = 8, .prune_ratio = 0.5};
+    ck_assert_int_eq(kvr_index_new(&ic, &idx), KVR_OK);
+    ck_assert_int_eq(kvr_approx_new(idx, &cfg, &a), KVR_OK);
+    for (uint64_t w = 1; w <= 3; w++) {
+        uint64_t q[4] = {w * 100 + 1, w * 100 + 2, w * 100 + 3, w * 100 + 4};
+        ck_assert_int_eq(kvr_approx_record(a, w, 0, q, 4, w), KVR_OK);
+    }
+    struct kvr_approx_stats st;
+    kvr_approx_stats(a, &st);
+    struct kvr_index_stats is;
+    kvr_index_stats(idx, &is);
+    ck_assert_uint_gt(st.pruned_blocks, 0);
+    ck_assert_uint_le(is.ckf.blocks, 8);
+    ck_assert_uint_eq(st.tracked, is.ckf.blocks);
+    kvr_approx_free(a);
+    kvr_index_free(idx);
+}
+END_TEST
+
 Suite *approx_suite(void);
 
 Suite *approx_suite(void)
@@ -160,6 +186,7 @@ Suite *approx_suite(void)
     tcase_add_test(tc, prune_earliest_then_deepest);
     tcase_add_test(tc, prune_keeps_prefixes);
     tcase_add_test(tc, observer_and_quiet_records);
+    tcase_add_test(tc, prune_over_a_ckf_index);
     suite_add_tcase(s, tc);
     return s;
 }
