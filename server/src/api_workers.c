@@ -88,33 +88,6 @@ static void get_workers(struct srv_hreq *h, struct srv_model *m, const char *id_
     srv_reply_out(h, 200, w.err);
 }
 
-static int add_labels(struct json_object *labels, struct kvr_buf *out, char *err, size_t err_len)
-{
-    if (labels == NULL)
-        return KVR_OK;
-    if (!json_object_is_type(labels, json_type_object)) {
-        snprintf(err, err_len, "labels: expected an object of strings");
-        return KVR_ECORRUPT;
-    }
-    json_object_object_foreach(labels, k, v)
-    {
-        const char *val = v != NULL ? json_object_get_string(v) : NULL;
-        if (val == NULL || !json_object_is_type(v, json_type_string) || *k == '\0' ||
-            strpbrk(k, ",=") != NULL || strchr(val, ',') != NULL || *val == '\0') {
-            snprintf(err, err_len,
-                     "labels.%s: expected a non-empty string; keys and values may not contain "
-                     "',' (keys not '=')",
-                     k);
-            return KVR_ECORRUPT;
-        }
-        if ((out->len > 0 && kvr_buf_append_char(out, ',') != KVR_OK) ||
-            kvr_buf_append_str(out, k) != KVR_OK || kvr_buf_append_char(out, '=') != KVR_OK ||
-            kvr_buf_append_str(out, val) != KVR_OK)
-            return KVR_ENOMEM;
-    }
-    return KVR_OK;
-}
-
 static void post_worker(struct srv_hreq *h)
 {
     struct srv *s = h->t->srv;
@@ -163,7 +136,7 @@ static void post_worker(struct srv_hreq *h)
     if (rc == KVR_OK)
         rc = srv_jget_str(d, o, NULL, "lora_name", 0, &lora, NULL, NULL, err, sizeof(err));
     if (rc == KVR_OK && srv_jmember(o, "labels", &labels))
-        rc = add_labels(labels, &lb, err, sizeof(err));
+        rc = srv_reg_labels_from_json(labels, &lb, err, sizeof(err));
     if (rc != KVR_OK) {
         srv_reply_error(h, rc == KVR_ENOMEM ? 503 : 400, "%s", err);
         goto out;
@@ -176,22 +149,12 @@ static void post_worker(struct srv_hreq *h)
         srv_reply_error(h, 400, "give a url (HTTP), a zmq endpoint (KV events) or both");
         goto out;
     }
-    struct srv_model *m = srv_models_find_spec(&s->models, model, model_len);
-    if (m == NULL || (has_bs && m->block_size != bs)) {
-        char name[128], tenant[64] = "default";
-        const char *colon = memchr(model, ':', model_len);
-        size_t nl = colon ? (size_t)(colon - model) : model_len;
-        snprintf(name, sizeof(name), "%.*s", (int)nl, model);
-        if (colon != NULL)
-            snprintf(tenant, sizeof(tenant), "%.*s", (int)(model_len - nl - 1), colon + 1);
-        struct srv_model_cfg mc;
-        srv_model_cfg_defaults(&mc, name, tenant, has_bs ? (uint32_t)bs : s->cfg->block_size);
-        mc.tokenizer = s->cfg->tokenizer;
-        rc = srv_models_get_or_create(&s->models, &mc, &m, NULL, err, sizeof(err));
-        if (rc != KVR_OK) {
-            srv_reply_error(h, rc == KVR_EEXIST ? 409 : srv_status_of(rc), "%s", err);
-            goto out;
-        }
+    struct srv_model *m = NULL;
+    rc = srv_models_get_or_create_key(&s->models, model, model_len, has_bs ? (uint32_t)bs : 0,
+                                      s->cfg->block_size, s->cfg->tokenizer, &m, err, sizeof(err));
+    if (rc != KVR_OK) {
+        srv_reply_error(h, rc == KVR_EEXIST ? 409 : srv_status_of(rc), "%s", err);
+        goto out;
     }
     struct srv_reg_spec spec = {.id = id,
                                 .url = url,

@@ -20,6 +20,20 @@ static inline uint64_t srv_now_ms(void)
     return srv_now_ns() / 1000000u;
 }
 
+static inline uint64_t srv_now_us(void)
+{
+    return srv_now_ns() / 1000u;
+}
+
+/* Wall-clock microseconds since the Unix epoch (replica-sync op times: comparable between
+ * processes of one machine, or of NTP-synchronised machines). */
+static inline uint64_t srv_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 /* Wall-clock milliseconds since the Unix epoch (snapshot headers, /v1/models "created"). */
 static inline uint64_t srv_wall_ms(void)
 {

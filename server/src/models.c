@@ -249,6 +249,30 @@ int srv_models_get_or_create(struct srv_models *ms, const struct srv_model_cfg *
     return rc;
 }
 
+int srv_models_get_or_create_key(struct srv_models *ms, const char *key, size_t len,
+                                 uint32_t block_size, uint32_t default_block_size, int tokenizer,
+                                 struct srv_model **out, char *err, size_t err_len)
+{
+    struct srv_model *m = srv_models_find_spec(ms, key, len);
+    if (m != NULL && (block_size == 0 || m->block_size == block_size)) {
+        *out = m;
+        return KVR_OK;
+    }
+    char name[128], tenant[64] = "default";
+    const char *colon = NULL;
+    for (size_t k = len; k > 0 && colon == NULL; k--)
+        if (key[k - 1] == ':')
+            colon = key + k - 1;
+    size_t nl = colon ? (size_t)(colon - key) : len;
+    snprintf(name, sizeof(name), "%.*s", (int)nl, key);
+    if (colon != NULL)
+        snprintf(tenant, sizeof(tenant), "%.*s", (int)(len - nl - 1), colon + 1);
+    struct srv_model_cfg mc;
+    srv_model_cfg_defaults(&mc, name, tenant, block_size ? block_size : default_block_size);
+    mc.tokenizer = tokenizer;
+    return srv_models_get_or_create(ms, &mc, out, NULL, err, err_len);
+}
+
 struct srv_model *srv_models_of_request(struct srv_models *ms, uint64_t request_id)
 {
     uint64_t slot1 = request_id >> SRV_REQ_ID_SHIFT;
@@ -337,9 +361,7 @@ void srv_model_apply_events(struct srv_model *m, const struct kvr_event *ev, siz
 static int sink(void *ctx, const struct kvr_event *ev, size_t n)
 {
     struct srv_model *m = ctx;
-    if (hold_batch(m, ev, n))
-        return 0;
-    apply_live(m, ev, n);
+    srv_model_apply_events(m, ev, n);
     atomic_fetch_add_explicit(&m->sink_batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->sink_events, n, memory_order_relaxed);
     return 0;

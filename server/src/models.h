@@ -76,8 +76,8 @@ struct srv_model {
     pthread_mutex_t sub_mu;           /* guards sub creation */
     struct kvr_kvsub *sub;            /* KV-event subscriber (owned) or NULL */
     struct srv_logger *log;           /* borrowed */
-    _Atomic uint64_t sink_batches;    /* batches applied from ZMQ */
-    _Atomic uint64_t sink_events;     /* events applied from ZMQ */
+    _Atomic uint64_t sink_batches;    /* batches received from ZMQ (applied, or kept while held) */
+    _Atomic uint64_t sink_events;     /* events received from ZMQ (same) */
     _Atomic uint64_t http_events;     /* events applied from POST /v1/events */
     _Atomic uint64_t route_decisions; /* routing decisions */
     srv_load_fn on_load;              /* from srv_models (replica sync) or NULL */
@@ -138,6 +138,15 @@ struct srv_model *srv_models_for_openai(struct srv_models *ms, const char *name,
  * KVR_ECAPACITY (too many models), KVR_EINVAL, KVR_ENOMEM. created may be NULL. */
 int srv_models_get_or_create(struct srv_models *ms, const struct srv_model_cfg *mc,
                              struct srv_model **out, int *created, char *err, size_t err_len);
+
+/* The model a request names by key "name" or "name:tenant" (text key[0..len), borrowed), as
+ * srv_models_find_spec finds it; created (events kind, `tokenizer`) when absent, split at the
+ * last ':' as srv_models_find_spec reads it, with block_size, or default_block_size when
+ * block_size is 0. An existing model with another block size than a non-zero block_size is a
+ * conflict (KVR_EEXIST, err says so). Other errors as srv_models_get_or_create. */
+int srv_models_get_or_create_key(struct srv_models *ms, const char *key, size_t len,
+                                 uint32_t block_size, uint32_t default_block_size, int tokenizer,
+                                 struct srv_model **out, char *err, size_t err_len);
 
 /* A config entry with defaults for (name, tenant, block_size): events kind, auto tokenizer. The
  * strings are borrowed (the struct must not be freed with srv_config_free). */

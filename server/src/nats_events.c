@@ -14,6 +14,7 @@
 #include "kvr/err.h"
 #include "kvr/event_json.h"
 #include "models.h"
+#include "nats_conn.h"
 #include "prom.h"
 #include "server.h"
 
@@ -176,22 +177,10 @@ int srv_nats_events_start(struct srv_nats_events *ne, char *err, size_t err_len)
 {
     if (ne == NULL)
         return KVR_OK;
-    natsStatus st = natsOptions_Create(&ne->opts);
+    natsStatus st = srv_nats_options(&ne->opts, ne->url, "kvrouter-events", NULL, NULL);
+    int up = 0;
     if (st == NATS_OK)
-        st = natsOptions_SetURL(ne->opts, ne->url);
-    if (st == NATS_OK)
-        st = natsOptions_SetName(ne->opts, "kvrouter-events");
-    if (st == NATS_OK)
-        st = natsOptions_SetMaxReconnect(ne->opts, -1);
-    if (st == NATS_OK)
-        st = natsOptions_SetReconnectWait(ne->opts, 200);
-    if (st == NATS_OK)
-        st = natsOptions_SetRetryOnFailedConnect(ne->opts, true, NULL, NULL);
-    if (st == NATS_OK) {
-        st = natsConnection_Connect(&ne->nc, ne->opts);
-        if (st == NATS_NOT_YET_CONNECTED)
-            st = NATS_OK;
-    }
+        st = srv_nats_connect(&ne->nc, ne->opts, &up); /* not up yet: setup_main waits */
     if (st == NATS_OK)
         st = natsConnection_JetStream(&ne->js, ne->nc, NULL);
     if (st != NATS_OK) {

@@ -116,32 +116,6 @@ out:
 
 /* ==== applying a dump ========================================================================= */
 
-static struct srv_model *model_for(struct srv *s, const char *key, uint32_t block_size, char *err,
-                                   size_t err_len)
-{
-    struct srv_model *m = srv_models_find_spec(&s->models, key, strlen(key));
-    if (m != NULL) {
-        if (block_size != 0 && m->block_size != block_size) {
-            snprintf(err, err_len, "model %s has block size %u here, %u in the dump", key,
-                     m->block_size, block_size);
-            return NULL;
-        }
-        return m;
-    }
-    char name[128], tenant[64] = "default";
-    const char *colon = strrchr(key, ':');
-    size_t nl = colon ? (size_t)(colon - key) : strlen(key);
-    snprintf(name, sizeof(name), "%.*s", (int)nl, key);
-    if (colon != NULL)
-        snprintf(tenant, sizeof(tenant), "%s", colon + 1);
-    struct srv_model_cfg mc;
-    srv_model_cfg_defaults(&mc, name, tenant, block_size ? block_size : s->cfg->block_size);
-    mc.tokenizer = s->cfg->tokenizer;
-    if (srv_models_get_or_create(&s->models, &mc, &m, NULL, err, err_len) != KVR_OK)
-        return NULL;
-    return m;
-}
-
 int srv_peer_apply_dump(struct srv *s, const char *text, size_t len, struct srv_peer_dump_stats *st,
                         char *err, size_t err_len)
 {
@@ -188,7 +162,11 @@ int srv_peer_apply_dump(struct srv *s, const char *text, size_t len, struct srv_
             st->skipped++;
             continue;
         }
-        struct srv_model *m = model_for(s, key, (uint32_t)bs, e, sizeof(e));
+        struct srv_model *m = NULL;
+        if (srv_models_get_or_create_key(&s->models, key, strlen(key), (uint32_t)bs,
+                                         s->cfg->block_size, s->cfg->tokenizer, &m, e,
+                                         sizeof(e)) != KVR_OK)
+            m = NULL;
         if (m == NULL || m->kind != SRV_KIND_EVENTS) {
             st->skipped++;
             srv_logf(s->log, SRV_LOG_WARN, "peer", "dump section %s skipped: %s", key,
@@ -335,20 +313,13 @@ static int fetch_workers(struct srv *s, const char *peer, const char *token, str
             srv_worker_unref(known);
             continue; /* configured here already */
         }
-        char lab[1024] = "";
-        size_t ll = 0;
-        if (srv_jmember(o, "labels", &labels) && labels != NULL &&
-            json_object_is_type(labels, json_type_object)) {
-            json_object_object_foreach(labels, lk, lv)
-            {
-                if (lv == NULL || !json_object_is_type(lv, json_type_string))
-                    continue;
-                int n = snprintf(lab + ll, sizeof(lab) - ll, "%s%s=%s", ll ? "," : "", lk,
-                                 json_object_get_string(lv));
-                if (n < 0 || (size_t)n >= sizeof(lab) - ll)
-                    break;
-                ll += (size_t)n;
-            }
+        struct kvr_buf lab;
+        kvr_buf_init(&lab, NULL);
+        if (srv_jmember(o, "labels", &labels) &&
+            srv_reg_labels_from_json(labels, &lab, e, sizeof(e)) != KVR_OK) {
+            srv_logf(s->log, SRV_LOG_WARN, "peer", "worker %llu from %s: labels ignored: %s",
+                     (unsigned long long)id, peer, e);
+            kvr_buf_reset(&lab);
         }
         int nr = 0;
         if (srv_jmember(o, "ranks", &ranks) && ranks != NULL &&
@@ -368,7 +339,7 @@ static int fetch_workers(struct srv *s, const char *peer, const char *token, str
                 continue;
             struct srv_reg_spec spec = {.id = id,
                                         .url = url,
-                                        .labels = ll ? lab : NULL,
+                                        .labels = lab.len ? kvr_buf_cstr(&lab) : NULL,
                                         .zmq = zmq,
                                         .replay = replay,
                                         .first_rank = (uint32_t)rank,
@@ -381,6 +352,7 @@ static int fetch_workers(struct srv *s, const char *peer, const char *token, str
                 srv_logf(s->log, SRV_LOG_WARN, "peer", "worker %llu rank %llu from %s: %s",
                          (unsigned long long)id, (unsigned long long)rank, peer, e);
         }
+        kvr_buf_free(&lab);
     }
     rc = 0;
 out:

@@ -1,6 +1,7 @@
 /* registry.c - worker registration with subscriptions and index/load cleanup (registry.h). */
 #include "registry.h"
 
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,4 +202,32 @@ void srv_worker_json(struct srv *s, struct srv_worker *w, struct srv_jw *jw)
     srv_jw_raw(jw, ",\"failed\":");
     srv_jw_u64(jw, atomic_load(&w->failed));
     srv_jw_char(jw, '}');
+}
+
+int srv_reg_labels_from_json(struct json_object *labels, struct kvr_buf *out, char *err,
+                             size_t err_len)
+{
+    if (labels == NULL)
+        return KVR_OK;
+    if (!json_object_is_type(labels, json_type_object)) {
+        snprintf(err, err_len, "labels: expected an object of strings");
+        return KVR_ECORRUPT;
+    }
+    json_object_object_foreach(labels, k, v)
+    {
+        const char *val = v != NULL ? json_object_get_string(v) : NULL;
+        if (val == NULL || !json_object_is_type(v, json_type_string) || *k == '\0' ||
+            strpbrk(k, ",=") != NULL || strchr(val, ',') != NULL || *val == '\0') {
+            snprintf(err, err_len,
+                     "labels.%s: expected a non-empty string; keys and values may not contain "
+                     "',' (keys not '=')",
+                     k);
+            return KVR_ECORRUPT;
+        }
+        if ((out->len > 0 && kvr_buf_append_char(out, ',') != KVR_OK) ||
+            kvr_buf_append_str(out, k) != KVR_OK || kvr_buf_append_char(out, '=') != KVR_OK ||
+            kvr_buf_append_str(out, val) != KVR_OK)
+            return KVR_ENOMEM;
+    }
+    return KVR_OK;
 }

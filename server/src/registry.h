@@ -40,6 +40,13 @@ int srv_reg_add(struct srv *s, struct srv_model *m, const struct srv_reg_spec *s
 int srv_reg_remove(struct srv *s, struct srv_model *m, uint64_t id, int64_t dp_rank, char *err,
                    size_t err_len);
 
+/* Labels given as a JSON object of strings (borrowed; NULL = none) appended to out as the
+ * registry's "k=v,k=v" form. KVR_OK, KVR_ECORRUPT (err names the label: not a string, empty, or
+ * holding ',' or, in a key, '=') or KVR_ENOMEM. */
+struct json_object;
+int srv_reg_labels_from_json(struct json_object *labels, struct kvr_buf *out, char *err,
+                             size_t err_len);
+
 /* Writes one worker as a JSON object (GET /v1/workers). Takes
  * the worker's mutex briefly; call under the registry read lock (srv_workers_foreach). */
 void srv_worker_json(struct srv *s, struct srv_worker *w, struct srv_jw *jw);

@@ -14,6 +14,7 @@
 #include "jsonw.h"
 #include "kvr/err.h"
 #include "models.h"
+#include "nats_conn.h"
 #include "prom.h"
 #include "replica_wire.h"
 #include "server.h"
@@ -101,18 +102,6 @@ static const struct srv_hist_spec delay_spec = {
      1100, 1250, 1500, 2000, 3000, 5000, 10000, 20000, 50000, 100000, 1000000},
     1e-6};
 
-static uint64_t wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-static uint64_t mono_us(void)
-{
-    return srv_now_ns() / 1000u;
-}
-
 static uint64_t mix64(uint64_t x)
 {
     x ^= x >> 30;
@@ -172,7 +161,7 @@ static int q_push_locked(struct srv_replica *r, const struct qrec *rec, const ui
         memcpy(q->h + q->nh, hashes, rec->n * sizeof(uint64_t));
     q->nh += rec->n;
     if (q->n == 1) {
-        r->first_us = mono_us();
+        r->first_us = srv_now_us();
         pthread_cond_signal(&r->cond);
     } else if (q->n == r->cfg.max_batch) {
         pthread_cond_signal(&r->cond);
@@ -196,7 +185,7 @@ void srv_replica_on_load(void *ctx, struct srv_model *m, const struct kvr_load_o
                        .slot = m->slot,
                        .request_id = op->request_id,
                        .worker_id = op->worker_id,
-                       .t_us = wall_us()};
+                       .t_us = srv_wall_us()};
     switch (op->kind) {
     case KVR_LOAD_OP_ADD:
         rec.kind = SRV_RW_ADD;
@@ -223,7 +212,7 @@ void srv_replica_on_approx(void *ctx, struct srv_model *m, uint64_t worker_id, u
                        .dp_rank = dp_rank,
                        .slot = m->slot,
                        .worker_id = worker_id,
-                       .t_us = wall_us(),
+                       .t_us = srv_wall_us(),
                        .n = n};
     q_push(r, &rec, locals, 0);
 }
@@ -292,7 +281,7 @@ static void header(struct srv_replica *r, struct srv_rw_header *h, int type)
     h->type = type;
     h->router_id = r->cfg.router_id;
     h->seq = ++r->seq;
-    h->ts_us = wall_us();
+    h->ts_us = srv_wall_us();
 }
 
 static void publish_control(struct srv_replica *r, int type, uint64_t target)
@@ -555,7 +544,7 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
     }
     switch (h->type) {
     case SRV_RW_OPS: {
-        uint64_t now_us = wall_us();
+        uint64_t now_us = srv_wall_us();
         for (size_t k = 0; k < r->dec.n_ev; k++)
             apply_event(r, &pc, &r->dec.ev[k], now_us);
         atomic_fetch_add_explicit(&r->recv_ops, r->dec.n_ev, memory_order_relaxed);
@@ -633,7 +622,7 @@ static void *flush_main(void *arg)
     uint64_t last_check = 0;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
-        uint64_t now = mono_us();
+        uint64_t now = srv_now_us();
         int up = atomic_load(&r->conn) == CONN_UP;
         if (up && r->need_state) {
             r->need_state = 0;
@@ -685,16 +674,13 @@ static void *flush_main(void *arg)
         if (r->q.n > 0) {
             uint64_t from = r->first_us < r->last_ops_us ? r->first_us : r->last_ops_us;
             uint64_t due = from + r->cfg.flush_us;
-            now = mono_us();
+            now = srv_now_us();
             wait_us = due > now ? due - now : 0;
         }
         if (wait_us > 0 && !r->stop && !r->need_state && !r->need_sync_all && r->n_sync_for == 0 &&
             r->q.n < r->cfg.max_batch) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t ns = (uint64_t)ts.tv_nsec + wait_us * 1000u;
-            ts.tv_sec += (time_t)(ns / 1000000000u);
-            ts.tv_nsec = (long)(ns % 1000000000u);
+            uint64_t at = srv_now_ns() + wait_us * 1000u; /* the cond waits on CLOCK_MONOTONIC */
+            struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
             pthread_cond_timedwait(&r->cond, &r->mu, &ts);
         }
     }
@@ -764,21 +750,11 @@ int srv_replica_new(struct srv *s, const struct srv_replica_cfg *cfg, struct srv
 
 int srv_replica_start(struct srv_replica *r, char *err, size_t err_len)
 {
-    natsStatus st = natsOptions_Create(&r->opts);
     char name[64];
     snprintf(name, sizeof(name), "kvrouter-%llu", (unsigned long long)r->cfg.router_id);
-    if (st == NATS_OK)
-        st = natsOptions_SetURL(r->opts, r->url);
-    if (st == NATS_OK)
-        st = natsOptions_SetName(r->opts, name);
-    if (st == NATS_OK)
-        st = natsOptions_SetMaxReconnect(r->opts, -1);
-    if (st == NATS_OK)
-        st = natsOptions_SetReconnectWait(r->opts, 200);
+    natsStatus st = srv_nats_options(&r->opts, r->url, name, on_connected, r);
     if (st == NATS_OK)
         st = natsOptions_SetReconnectBufSize(r->opts, 8 * 1024 * 1024);
-    if (st == NATS_OK)
-        st = natsOptions_SetRetryOnFailedConnect(r->opts, true, on_connected, r);
     if (st == NATS_OK)
         st = natsOptions_SetDisconnectedCB(r->opts, on_disconnected, r);
     if (st == NATS_OK)
@@ -789,22 +765,21 @@ int srv_replica_start(struct srv_replica *r, char *err, size_t err_len)
         st = natsOptions_SetPingInterval(r->opts, 2000);
     if (st == NATS_OK)
         st = natsOptions_SetMaxPingsOut(r->opts, 2);
+    int up = 0;
+    if (st == NATS_OK)
+        st = srv_nats_connect(&r->nc, r->opts, &up);
     if (st != NATS_OK) {
         snprintf(err, err_len, "--nats %s: %s", r->url, natsStatus_GetText(st));
         return KVR_EIO;
     }
-    st = natsConnection_Connect(&r->nc, r->opts);
-    if (st == NATS_OK) {
+    if (up) {
         srv_logf(r->s->log, SRV_LOG_INFO, "replica", "connected to NATS %s (replica id %llu)",
                  r->url, (unsigned long long)r->cfg.router_id);
         on_up(r);
-    } else if (st == NATS_NOT_YET_CONNECTED) {
+    } else {
         srv_logf(r->s->log, SRV_LOG_WARN, "replica",
                  "NATS %s not reachable yet: routing on the local view, retrying", r->url);
         atomic_store(&r->conn, CONN_DOWN);
-    } else {
-        snprintf(err, err_len, "--nats %s: %s", r->url, natsStatus_GetText(st));
-        return KVR_EIO;
     }
     st = natsConnection_Subscribe(&r->sub, r->nc, r->subject, on_msg, r);
     if (st == NATS_OK)
