@@ -39,8 +39,7 @@ static void hist_sum(struct srv *s, size_t offset, struct srv_hist_snap *out)
 
 static void counter(struct srv_prom *p, const char *name, const char *help, uint64_t v)
 {
-    srv_prom_header(p, name, "counter", help);
-    srv_prom_u64(p, name, NULL, 0, v);
+    srv_prom_counter(p, name, help, v);
 }
 
 static void gauge(struct srv_prom *p, const char *name, const char *help, double v)

@@ -251,7 +251,6 @@ void srv_nats_events_metrics(struct srv_nats_events *ne, struct srv_prom *p)
                          atomic_load((const _Atomic uint64_t *)((const char *)so + fams[f].off)));
         }
     }
-    srv_prom_header(p, "kvrouter_nats_events_subscribed", "gauge",
-                    "1 once every KV-event subject is subscribed");
-    srv_prom_u64(p, "kvrouter_nats_events_subscribed", NULL, 0, atomic_load(&ne->subscribed));
+    srv_prom_gauge(p, "kvrouter_nats_events_subscribed",
+                   "1 once every KV-event subject is subscribed", atomic_load(&ne->subscribed));
 }

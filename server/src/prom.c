@@ -158,3 +158,15 @@ void srv_prom_hist(struct srv_prom *p, const char *name, const struct srv_prom_l
     snprintf(n, sizeof(n), "%s_count", name);
     srv_prom_u64(p, n, l, nl, cum);
 }
+
+void srv_prom_counter(struct srv_prom *p, const char *name, const char *help, uint64_t v)
+{
+    srv_prom_header(p, name, "counter", help);
+    srv_prom_u64(p, name, NULL, 0, v);
+}
+
+void srv_prom_gauge(struct srv_prom *p, const char *name, const char *help, uint64_t v)
+{
+    srv_prom_header(p, name, "gauge", help);
+    srv_prom_u64(p, name, NULL, 0, v);
+}

@@ -91,6 +91,10 @@ void srv_prom_u64(struct srv_prom *p, const char *name, const struct srv_prom_la
 void srv_prom_dbl(struct srv_prom *p, const char *name, const struct srv_prom_label *l, size_t nl,
                   double v);
 
+/* A family of one unlabelled sample: header and value (counter or gauge). */
+void srv_prom_counter(struct srv_prom *p, const char *name, const char *help, uint64_t v);
+void srv_prom_gauge(struct srv_prom *p, const char *name, const char *help, uint64_t v);
+
 /* The samples of one histogram: name_bucket{labels,le="..."} (cumulative, ending with +Inf),
  * name_sum, name_count. */
 void srv_prom_hist(struct srv_prom *p, const char *name, const struct srv_prom_label *l, size_t nl,

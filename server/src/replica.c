@@ -888,60 +888,68 @@ void srv_replica_ready_detail(struct srv_replica *r, struct srv_jw *w)
     srv_jw_char(w, '}');
 }
 
-static void counter(struct srv_prom *p, const char *name, const char *help,
-                    const _Atomic uint64_t *v)
-{
-    srv_prom_header(p, name, "counter", help);
-    srv_prom_u64(p, name, NULL, 0, atomic_load(v));
-}
-
 void srv_replica_metrics(struct srv_replica *r, struct srv_prom *p)
 {
     if (r == NULL)
         return;
-    srv_prom_header(p, "kvrouter_replica_nats_connected", "gauge",
-                    "1 when the replica-sync NATS connection is up (0: routing on the local view)");
-    srv_prom_u64(p, "kvrouter_replica_nats_connected", NULL, 0, atomic_load(&r->conn) == CONN_UP);
-    srv_prom_header(p, "kvrouter_replica_peers", "gauge",
-                    "other replicas heard from within the timeout");
-    srv_prom_u64(p, "kvrouter_replica_peers", NULL, 0, alive_peers(r));
-    counter(p, "kvrouter_replica_published_messages_total", "sync messages published",
-            &r->pub_msgs);
-    counter(p, "kvrouter_replica_published_bytes_total", "bytes of sync messages published",
-            &r->pub_bytes);
-    counter(p, "kvrouter_replica_published_ops_total",
-            "load ops (add, first token, free, approx, state entries) published", &r->pub_ops);
-    counter(p, "kvrouter_replica_publish_errors_total",
-            "publications libnats refused (repaired by a full state)", &r->pub_errors);
-    counter(p, "kvrouter_replica_dropped_ops_total",
-            "ops dropped because the queue was full (repaired by a full state)", &r->dropped);
-    counter(p, "kvrouter_replica_received_messages_total", "sync messages received", &r->recv_msgs);
-    counter(p, "kvrouter_replica_received_bytes_total", "bytes of sync messages received",
-            &r->recv_bytes);
-    counter(p, "kvrouter_replica_received_ops_total", "remote ops applied", &r->recv_ops);
-    counter(p, "kvrouter_replica_decode_errors_total", "sync messages that could not be decoded",
-            &r->decode_errors);
-    counter(p, "kvrouter_replica_echo_total", "own messages received back (ignored)", &r->echo);
-    counter(p, "kvrouter_replica_gaps_total",
-            "sequence gaps detected (answered with a state request)", &r->gaps);
-    counter(p, "kvrouter_replica_restarts_total", "replicas seen restarting", &r->restarts);
-    counter(p, "kvrouter_replica_timeouts_total",
-            "replicas presumed dead after the timeout (their bookings released)", &r->timeouts);
-    counter(p, "kvrouter_replica_byes_total", "replicas that announced a clean shutdown", &r->byes);
-    counter(p, "kvrouter_replica_states_sent_total", "full states published", &r->states_sent);
-    counter(p, "kvrouter_replica_state_sections_received_total",
-            "full-state sections (one per model) received", &r->states_received);
-    counter(p, "kvrouter_replica_sync_requests_sent_total", "state requests published",
-            &r->syncs_sent);
-    counter(p, "kvrouter_replica_unknown_model_total",
-            "remote ops for a model this replica does not have", &r->unknown_model);
-    counter(p, "kvrouter_replica_unknown_request_total",
-            "remote first-token/free ops for requests not held here", &r->unknown_request);
-    counter(p, "kvrouter_replica_peer_overflow_total",
-            "messages ignored because more than 256 replicas are alive", &r->peer_overflow);
-    counter(p, "kvrouter_replica_nats_disconnects_total", "NATS connection losses",
-            &r->disconnects);
-    counter(p, "kvrouter_replica_nats_reconnects_total", "NATS reconnections", &r->reconnects);
+    srv_prom_gauge(p, "kvrouter_replica_nats_connected",
+                   "1 when the replica-sync NATS connection is up (0: routing on the local view)",
+                   atomic_load(&r->conn) == CONN_UP);
+    srv_prom_gauge(p, "kvrouter_replica_peers", "other replicas heard from within the timeout",
+                   alive_peers(r));
+    srv_prom_counter(p, "kvrouter_replica_published_messages_total", "sync messages published",
+                     atomic_load(&r->pub_msgs));
+    srv_prom_counter(p, "kvrouter_replica_published_bytes_total",
+                     "bytes of sync messages published", atomic_load(&r->pub_bytes));
+    srv_prom_counter(p, "kvrouter_replica_published_ops_total",
+                     "load ops (add, first token, free, approx, state entries) published",
+                     atomic_load(&r->pub_ops));
+    srv_prom_counter(p, "kvrouter_replica_publish_errors_total",
+                     "publications libnats refused (repaired by a full state)",
+                     atomic_load(&r->pub_errors));
+    srv_prom_counter(p, "kvrouter_replica_dropped_ops_total",
+                     "ops dropped because the queue was full (repaired by a full state)",
+                     atomic_load(&r->dropped));
+    srv_prom_counter(p, "kvrouter_replica_received_messages_total", "sync messages received",
+                     atomic_load(&r->recv_msgs));
+    srv_prom_counter(p, "kvrouter_replica_received_bytes_total", "bytes of sync messages received",
+                     atomic_load(&r->recv_bytes));
+    srv_prom_counter(p, "kvrouter_replica_received_ops_total", "remote ops applied",
+                     atomic_load(&r->recv_ops));
+    srv_prom_counter(p, "kvrouter_replica_decode_errors_total",
+                     "sync messages that could not be decoded", atomic_load(&r->decode_errors));
+    srv_prom_counter(p, "kvrouter_replica_echo_total", "own messages received back (ignored)",
+                     atomic_load(&r->echo));
+    srv_prom_counter(p, "kvrouter_replica_gaps_total",
+                     "sequence gaps detected (answered with a state request)",
+                     atomic_load(&r->gaps));
+    srv_prom_counter(p, "kvrouter_replica_restarts_total", "replicas seen restarting",
+                     atomic_load(&r->restarts));
+    srv_prom_counter(p, "kvrouter_replica_timeouts_total",
+                     "replicas presumed dead after the timeout (their bookings released)",
+                     atomic_load(&r->timeouts));
+    srv_prom_counter(p, "kvrouter_replica_byes_total", "replicas that announced a clean shutdown",
+                     atomic_load(&r->byes));
+    srv_prom_counter(p, "kvrouter_replica_states_sent_total", "full states published",
+                     atomic_load(&r->states_sent));
+    srv_prom_counter(p, "kvrouter_replica_state_sections_received_total",
+                     "full-state sections (one per model) received",
+                     atomic_load(&r->states_received));
+    srv_prom_counter(p, "kvrouter_replica_sync_requests_sent_total", "state requests published",
+                     atomic_load(&r->syncs_sent));
+    srv_prom_counter(p, "kvrouter_replica_unknown_model_total",
+                     "remote ops for a model this replica does not have",
+                     atomic_load(&r->unknown_model));
+    srv_prom_counter(p, "kvrouter_replica_unknown_request_total",
+                     "remote first-token/free ops for requests not held here",
+                     atomic_load(&r->unknown_request));
+    srv_prom_counter(p, "kvrouter_replica_peer_overflow_total",
+                     "messages ignored because more than 256 replicas are alive",
+                     atomic_load(&r->peer_overflow));
+    srv_prom_counter(p, "kvrouter_replica_nats_disconnects_total", "NATS connection losses",
+                     atomic_load(&r->disconnects));
+    srv_prom_counter(p, "kvrouter_replica_nats_reconnects_total", "NATS reconnections",
+                     atomic_load(&r->reconnects));
     srv_prom_header(p, "kvrouter_replica_sync_delay_seconds", "histogram",
                     "from a booking on another replica to its application here (wall clocks)");
     struct srv_hist_snap snap = {{0}, 0};
