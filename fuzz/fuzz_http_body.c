@@ -51,7 +51,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define A_503 (1u << 3)
 #define A_504 (1u << 4)
 #define A_507 (1u << 5)
-#define A_413 (1u << 6)
 #define A_502 (1u << 7)
 
 struct endpoint {

@@ -91,24 +91,39 @@ int kvr_buf_append_char(struct kvr_buf *b, char c)
     return kvr_buf_append(b, &c, 1);
 }
 
+/* Decimal digits of v (1..20). */
+static size_t dec_len(uint64_t v)
+{
+    size_t n = 1;
+    for (;;) {
+        if (v < 10)
+            return n;
+        if (v < 100)
+            return n + 1;
+        if (v < 1000)
+            return n + 2;
+        if (v < 10000)
+            return n + 3;
+        v /= 10000;
+        n += 4;
+    }
+}
+
 size_t kvr_buf_fmt_u64(char *dst, uint64_t v)
 {
-    char tmp[KVR_U64_DEC_MAX];
-    char *p = tmp + sizeof(tmp);
+    /* the length first, then the digits in place from the last one, two at a time */
+    size_t n = dec_len(v);
+    char *p = dst + n;
     while (v >= 100) {
         unsigned r = (unsigned)(v % 100);
         v /= 100;
         p -= 2;
         memcpy(p, digit_pairs + 2 * r, 2);
     }
-    if (v >= 10) {
-        p -= 2;
-        memcpy(p, digit_pairs + 2 * v, 2);
-    } else {
-        *--p = (char)('0' + v);
-    }
-    size_t n = (size_t)(tmp + sizeof(tmp) - p);
-    memcpy(dst, p, n);
+    if (v >= 10)
+        memcpy(p - 2, digit_pairs + 2 * v, 2);
+    else
+        p[-1] = (char)('0' + v);
     return n;
 }
 

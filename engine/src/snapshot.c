@@ -204,7 +204,8 @@ int kvr_snapshot_write_file(const char *path, const struct kvr_snapshot_index *i
     rc = kvr_snapshot_encode(ix, n, now_ms, &b, err, err_len);
     if (rc != KVR_OK)
         goto out;
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= sizeof(tmp)) {
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s" KVR_SNAPSHOT_TMP_INFIX "%ld", path,
+                         (long)getpid()) >= sizeof(tmp)) {
         snprintf(err, err_len, "snapshot path too long");
         rc = KVR_EINVAL;
         goto out;

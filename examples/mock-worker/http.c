@@ -271,7 +271,7 @@ static uint32_t cache_admit(struct mock *m, const uint32_t *tokens, size_t n_tok
             e->n_hashes = (uint32_t)n_ev;
             e->hashes = evicted;
             e->medium.p = m->cfg.medium;
-            e->medium.len = (uint32_t)strlen(m->cfg.medium);
+            e->medium.len = m->cfg.medium_len;
         }
         if (fresh > 0) {
             struct kvr_emp_event *e = &ev[b.n++];
@@ -286,7 +286,7 @@ static uint32_t cache_admit(struct mock *m, const uint32_t *tokens, size_t n_tok
             e->n_tokens = (uint32_t)(fresh * bs);
             e->block_size = bs;
             e->medium.p = m->cfg.medium;
-            e->medium.len = (uint32_t)strlen(m->cfg.medium);
+            e->medium.len = m->cfg.medium_len;
         }
         if (mock_pub_send(&m->pub, &b, b.n) != 0)
             fprintf(stderr, "kvr-mock-worker: cannot publish a KV event batch\n");

@@ -302,7 +302,9 @@ int main(int argc, char **argv)
     m.cfg.has_dp_rank = 1;
     m.cfg.status_code = 500;
     m.cfg.seed = 1;
-    if (parse_args(argc, argv, &m.cfg) != 0)
+    int bad_args = parse_args(argc, argv, &m.cfg);
+    m.cfg.medium_len = (uint32_t)strlen(m.cfg.medium);
+    if (bad_args != 0)
         return 2;
     signal(SIGPIPE, SIG_IGN);
 

@@ -56,7 +56,8 @@ struct mock_cfg {
     uint32_t n_drop_seq;
     uint64_t corrupt_seq[16]; /* --corrupt-seq: batches published (and kept) one byte short */
     uint32_t n_corrupt_seq;
-    const char *medium; /* --medium: the medium of every event ("GPU") */
+    const char *medium;  /* --medium: the medium of every event ("GPU") */
+    uint32_t medium_len; /* strlen(medium), measured once */
 };
 
 /* ==== tokenizer.c ============================================================================ */

@@ -45,13 +45,7 @@ static int by_index(const void *a, const void *b)
 /* Writes {"error": msg} into out; returns status. */
 static int error_body(struct kvr_buf *out, int status, const char *msg)
 {
-    struct srv_jw w;
-    kvr_buf_reset(out);
-    srv_jw_init(&w, out);
-    srv_jw_raw(&w, "{\"error\":");
-    srv_jw_cstr(&w, msg);
-    srv_jw_char(&w, '}');
-    return w.err == KVR_OK ? status : 503;
+    return srv_jw_error_body(out, msg) == KVR_OK ? status : 503;
 }
 
 /* Decodes body[0..len) and applies it to m; writes the JSON answer (or {"error"}) into out
@@ -156,10 +150,15 @@ static void events_job_run(struct srv_control *c, struct srv_job *j)
     j->status = events_run(j->ctx, j->arg, j->arg_len, &j->body, &j->counts[0], &j->counts[1]);
 }
 
+static void count_events(struct srv_thread *t, uint64_t applied, uint64_t rejected)
+{
+    srv_stat_add(&t->st.events_applied, applied);
+    srv_stat_add(&t->st.events_rejected, rejected);
+}
+
 static void events_job_done(struct srv_thread *t, struct srv_job *j)
 {
-    srv_stat_add(&t->st.events_applied, j->counts[0]);
-    srv_stat_add(&t->st.events_rejected, j->counts[1]);
+    count_events(t, j->counts[0], j->counts[1]);
 }
 
 /* Hands the body to the control thread (moved out of the request into the job). */
@@ -201,8 +200,6 @@ void srv_api_events(struct srv_hreq *h)
     const char *body = srv_body(h, &len);
     uint64_t applied, rejected;
     int status = events_run(m, body, len, &t->out, &applied, &rejected);
-    srv_stat_add(&t->st.events_applied, applied);
-    srv_stat_add(&t->st.events_rejected, rejected);
-    srv_reply(h, status, NULL, t->out.data, t->out.len);
-    kvr_buf_reset(&t->out);
+    count_events(t, applied, rejected);
+    srv_reply_out(h, status, KVR_OK);
 }

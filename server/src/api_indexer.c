@@ -230,14 +230,10 @@ void srv_api_workers_indexer(struct srv_hreq *h)
 
 /* ==== POST /query, POST /query_by_hash ======================================================== */
 
-static int match_before(const struct kvr_match *a, const struct kvr_match *b)
+/* (worker, rank) order: matches and tree sizes are sorted by it and merged. */
+static inline int key_before(uint64_t wa, uint32_t ra, uint64_t wb, uint32_t rb)
 {
-    return a->worker_id != b->worker_id ? a->worker_id < b->worker_id : a->dp_rank < b->dp_rank;
-}
-
-static int rank_before(const struct kvr_rank_blocks *a, const struct kvr_rank_blocks *b)
-{
-    return a->worker_id != b->worker_id ? a->worker_id < b->worker_id : a->dp_rank < b->dp_rank;
+    return wa != wb ? wa < wb : ra < rb;
 }
 
 /* Longest text one match adds to the answer: in each of the two maps, `},"<u64>":{"<u64>":<u64>`
@@ -273,7 +269,8 @@ static void answer_query(struct srv_hreq *h, struct srv_model *m, const uint64_t
     for (size_t i = 1; i < nm; i++) { /* group by worker: sort (small n) */
         struct kvr_match x = mt[i];
         size_t j = i;
-        while (j > 0 && match_before(&x, &mt[j - 1])) {
+        while (j > 0 &&
+               key_before(x.worker_id, x.dp_rank, mt[j - 1].worker_id, mt[j - 1].dp_rank)) {
             mt[j] = mt[j - 1];
             j--;
         }
@@ -289,7 +286,8 @@ static void answer_query(struct srv_hreq *h, struct srv_model *m, const uint64_t
     for (size_t i = 1; i < nrb; i++) { /* the same order, for the merge below */
         struct kvr_rank_blocks x = rb[i];
         size_t j = i;
-        while (j > 0 && rank_before(&x, &rb[j - 1])) {
+        while (j > 0 &&
+               key_before(x.worker_id, x.dp_rank, rb[j - 1].worker_id, rb[j - 1].dp_rank)) {
             rb[j] = rb[j - 1];
             j--;
         }
@@ -340,8 +338,7 @@ static void answer_query(struct srv_hreq *h, struct srv_model *m, const uint64_t
             }
             /* both lists sorted by (worker, rank): advance the ranks to this match */
             while (r < nrb &&
-                   (rb[r].worker_id < mt[k].worker_id ||
-                    (rb[r].worker_id == mt[k].worker_id && rb[r].dp_rank < mt[k].dp_rank)))
+                   key_before(rb[r].worker_id, rb[r].dp_rank, mt[k].worker_id, mt[k].dp_rank))
                 r++;
             int hit =
                 r < nrb && rb[r].worker_id == mt[k].worker_id && rb[r].dp_rank == mt[k].dp_rank;

@@ -185,13 +185,7 @@ __attribute__((format(printf, 3, 0))) static void vreply_error(struct srv_hreq *
     char msg[1024];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     struct kvr_buf *o = &h->t->out;
-    struct srv_jw w;
-    kvr_buf_reset(o);
-    srv_jw_init(&w, o);
-    srv_jw_raw(&w, "{\"error\":");
-    srv_jw_cstr(&w, msg);
-    srv_jw_raw(&w, "}");
-    if (w.err != KVR_OK)
+    if (srv_jw_error_body(o, msg) != KVR_OK)
         srv_reply(h, status, NULL, "{\"error\":\"out of memory\"}", 25);
     else
         srv_reply(h, status, NULL, o->data, o->len);
@@ -848,25 +842,25 @@ void srv_http_exit_when_flushed(struct srv_thread *t)
     event_base_once(t->base, -1, EV_TIMEOUT, on_flush_check, t, &tv);
 }
 
-void srv_http_conn_table_free(struct srv_thread *t)
+/* Frees a chain of records linked by hnext. */
+static void conn_chain_free(struct srv_conn *c)
 {
-    if (t->ctab != NULL) {
-        for (size_t k = 0; k <= t->ctab_mask; k++)
-            for (struct srv_conn *c = t->ctab[k], *next; c != NULL; c = next) {
-                next = c->hnext;
-                if (c->ev_deadline != NULL)
-                    event_free(c->ev_deadline);
-                free(c);
-            }
-    }
-    free(t->ctab);
-    t->ctab = NULL;
-    for (struct srv_conn *c = t->cfree, *next; c != NULL; c = next) {
+    for (struct srv_conn *next; c != NULL; c = next) {
         next = c->hnext;
         if (c->ev_deadline != NULL)
             event_free(c->ev_deadline);
         free(c);
     }
+}
+
+void srv_http_conn_table_free(struct srv_thread *t)
+{
+    if (t->ctab != NULL)
+        for (size_t k = 0; k <= t->ctab_mask; k++)
+            conn_chain_free(t->ctab[k]);
+    free(t->ctab);
+    t->ctab = NULL;
+    conn_chain_free(t->cfree);
     t->cfree = NULL;
     free(t->fresh);
     t->fresh = NULL;

@@ -139,3 +139,14 @@ void srv_jw_u64str(struct srv_jw *w, uint64_t v)
     srv_jw_u64(w, v);
     put(w, "\"", 1);
 }
+
+int srv_jw_error_body(struct kvr_buf *b, const char *msg)
+{
+    struct srv_jw w;
+    kvr_buf_reset(b);
+    srv_jw_init(&w, b);
+    srv_jw_raw(&w, "{\"error\":");
+    srv_jw_cstr(&w, msg);
+    srv_jw_char(&w, '}');
+    return w.err;
+}

@@ -43,6 +43,8 @@ void srv_jw_i64(struct srv_jw *w, int64_t v);                /* bare decimal, si
 void srv_jw_dbl(struct srv_jw *w, double v);                 /* number or null */
 void srv_jw_bool(struct srv_jw *w, int v);                   /* true / false */
 void srv_jw_u64str(struct srv_jw *w, uint64_t v);            /* "123" (a map key) */
+/* Resets b and writes {"error": msg} into it (msg borrowed, escaped). KVR_OK or KVR_ENOMEM. */
+int srv_jw_error_body(struct kvr_buf *b, const char *msg);
 
 /* Appends the JSON-escaped form of s[0..n) without quotes (for building keys). */
 void srv_jw_escaped(struct srv_jw *w, const char *s, size_t n);
@@ -55,7 +57,7 @@ void srv_jw_escaped(struct srv_jw *w, const char *s, size_t n);
  * Each returns the position after what it wrote. The caller's bound must cover the worst case:
  * a u64 takes at most KVR_U64_DEC_MAX bytes (SRV_JP_U64_MAX + 2 quoted). */
 
-#define SRV_JP_U64_MAX 20u
+#define SRV_JP_U64_MAX KVR_U64_DEC_MAX
 
 static inline char *srv_jp_raw(char *p, const char *s, size_t n)
 {
@@ -72,46 +74,10 @@ static inline char *srv_jp_char(char *p, char c)
     return p + 1;
 }
 
-/* Decimal digits of v (1..20). */
-static inline unsigned srv_jp_u64_len(uint64_t v)
-{
-    unsigned n = 1;
-    for (;;) {
-        if (v < 10)
-            return n;
-        if (v < 100)
-            return n + 1;
-        if (v < 1000)
-            return n + 2;
-        if (v < 10000)
-            return n + 3;
-        v /= 10000;
-        n += 4;
-    }
-}
-
-/* v in decimal, two digits at a time, written backwards from its last digit. */
+/* v in decimal (kvr_buf_fmt_u64). */
 static inline char *srv_jp_u64(char *p, uint64_t v)
 {
-    static const char pairs[201] = "00010203040506070809101112131415161718192021222324252627282930"
-                                   "31323334353637383940414243444546474849505152535455565758596061"
-                                   "62636465666768697071727374757677787980818283848586878889909192"
-                                   "93949596979899";
-    char *e = p + srv_jp_u64_len(v), *b = e;
-    while (v >= 100) {
-        unsigned r = (unsigned)(v % 100);
-        v /= 100;
-        b -= 2;
-        b[0] = pairs[2 * r];
-        b[1] = pairs[2 * r + 1];
-    }
-    if (v >= 10) {
-        b[-2] = pairs[2 * v];
-        b[-1] = pairs[2 * v + 1];
-    } else {
-        b[-1] = (char)('0' + v);
-    }
-    return e;
+    return p + kvr_buf_fmt_u64(p, v);
 }
 
 /* "v" (a map key). */

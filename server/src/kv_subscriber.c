@@ -72,9 +72,7 @@ struct source {
     void *mon;    /* PAIR receiving the SUB's monitor events; NULL if monitoring failed */
     void *dealer; /* replay DEALER; created on the first gap */
 
-    /* sequence state */
-    int has_seq; /* last_seq is valid: a batch was applied */
-    uint64_t last_seq;
+    /* sequence state (the last applied seq is st.last_seq, valid when st.has_seq) */
     int has_next;    /* next is valid (a batch was applied, or a restart reset it to 0) */
     uint64_t next;   /* the seq expected next */
     int has_fp;      /* fp is valid: the fingerprint of last_seq's payload */
@@ -293,29 +291,29 @@ static void close_sub(struct source *src)
 static void open_monitor(struct kvr_kvsub *s, struct source *src, void *sub)
 {
     char addr[96];
+    void *pair = NULL;
+    int monitoring = 0;
     snprintf(addr, sizeof(addr), "inproc://kvr-kvsub-mon-%p-%" PRIu64, (void *)s, ++s->mon_seq);
-    if (zmq_socket_monitor(sub, addr, MON_EVENTS) == -1) {
-        LOG_ONCE(s, src, LOG_MONITOR, KVR_KVSUB_WARN,
-                 "worker %" PRIu64 " rank %" PRIu32 ": no socket monitor (%s): reconnects go "
-                 "unnoticed",
-                 src->worker_id, src->dp_rank, zmq_strerror(zmq_errno()));
-        return;
-    }
-    void *pair = zmq_socket(s->ctx, ZMQ_PAIR);
+    if (zmq_socket_monitor(sub, addr, MON_EVENTS) == -1)
+        goto fail;
+    monitoring = 1;
     int linger = 0;
-    if (pair != NULL)
-        zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof(linger));
-    if (pair == NULL || zmq_connect(pair, addr) == -1) {
-        LOG_ONCE(s, src, LOG_MONITOR, KVR_KVSUB_WARN,
-                 "worker %" PRIu64 " rank %" PRIu32 ": no socket monitor (%s): reconnects go "
-                 "unnoticed",
-                 src->worker_id, src->dp_rank, zmq_strerror(zmq_errno()));
-        if (pair != NULL)
-            zmq_close(pair);
-        zmq_socket_monitor(sub, NULL, 0);
-        return;
-    }
+    if ((pair = zmq_socket(s->ctx, ZMQ_PAIR)) == NULL)
+        goto fail;
+    zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof(linger));
+    if (zmq_connect(pair, addr) == -1)
+        goto fail;
     src->mon = pair;
+    return;
+fail:
+    LOG_ONCE(s, src, LOG_MONITOR, KVR_KVSUB_WARN,
+             "worker %" PRIu64 " rank %" PRIu32 ": no socket monitor (%s): reconnects go "
+             "unnoticed",
+             src->worker_id, src->dp_rank, zmq_strerror(zmq_errno()));
+    if (pair != NULL)
+        zmq_close(pair);
+    if (monitoring)
+        zmq_socket_monitor(sub, NULL, 0);
 }
 
 static int open_sub(struct kvr_kvsub *s, struct source *src)
@@ -466,8 +464,6 @@ static void apply(struct kvr_kvsub *s, struct source *src, uint64_t seq, const u
     char err[256];
     int kind = 0;
     uint64_t unknown0 = src->st.dec.unknown_tag, dropped0 = src->st.dec.locality_dropped;
-    src->has_seq = 1;
-    src->last_seq = seq;
     src->has_next = 1;
     src->next = seq + 1;
     src->fresh_clear = 0;
@@ -721,11 +717,11 @@ static void recv_error(struct kvr_kvsub *s, struct source *src, int e)
 static void start_probe(struct kvr_kvsub *s, struct source *src)
 {
     close_socket(&src->dealer);
-    if (start_replay(s, src, src->last_seq) != KVR_OK)
+    if (start_replay(s, src, src->st.last_seq) != KVR_OK)
         return; /* decided by the first live batch instead */
     src->probing = 1;
     src->probe_valid = 1;
-    src->probe_seq = src->last_seq;
+    src->probe_seq = src->st.last_seq;
     src->st.restart_probes++;
 }
 
@@ -756,7 +752,7 @@ static void on_monitor(struct kvr_kvsub *s, struct source *src)
                      "batch after the reconnect is checked for a publisher restart",
                      src->worker_id, src->dp_rank, src->endpoint);
         } else if ((ev == ZMQ_EVENT_CONNECTED || ev == ZMQ_EVENT_ACCEPTED) && src->broken &&
-                   src->has_fp && src->replay_endpoint != NULL && !src->replaying) {
+                   src->has_fp && !src->replaying) {
             start_probe(s, src);
             src->dirty = 1;
         }

@@ -681,20 +681,22 @@ void srv_api_readyz(struct srv_hreq *h)
     int ready = atomic_load(&s->ready) && !atomic_load(&s->draining) && policy_ok;
     struct count_ctx c = {NULL, 0, 0};
     srv_workers_foreach(&s->workers, count_one, &c);
-    char body[256];
-    int n = snprintf(body, sizeof(body),
-                     "{\"status\":\"%s\",\"models\":%zu,\"workers\":%llu,\"healthy_workers\":%llu",
-                     ready                            ? "ready"
-                     : !policy_ok                     ? "policy_stuck"
-                     : atomic_load(&s->draining)      ? "draining"
-                     : atomic_load(&s->bootstrapping) ? "bootstrapping"
-                                                      : "starting",
-                     srv_models_count(&s->models), (unsigned long long)c.workers,
-                     (unsigned long long)c.healthy);
+    const char *status = ready                            ? "ready"
+                         : !policy_ok                     ? "policy_stuck"
+                         : atomic_load(&s->draining)      ? "draining"
+                         : atomic_load(&s->bootstrapping) ? "bootstrapping"
+                                                          : "starting";
     struct srv_jw w;
     kvr_buf_reset(&h->t->out);
     srv_jw_init(&w, &h->t->out);
-    srv_jw_rawn(&w, body, (size_t)n);
+    srv_jw_raw(&w, "{\"status\":");
+    srv_jw_cstr(&w, status);
+    srv_jw_raw(&w, ",\"models\":");
+    srv_jw_u64(&w, srv_models_count(&s->models));
+    srv_jw_raw(&w, ",\"workers\":");
+    srv_jw_u64(&w, c.workers);
+    srv_jw_raw(&w, ",\"healthy_workers\":");
+    srv_jw_u64(&w, c.healthy);
     if (s->replica != NULL) { /* degraded replica sync is reported, not fatal: still ready */
         srv_jw_raw(&w, ",\"replicas\":");
         srv_replica_ready_detail(s->replica, &w);

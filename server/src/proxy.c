@@ -873,12 +873,22 @@ static void launch(struct srv_hreq *h, struct flow *f, int async)
  * session key (x-kvrouter-session, x-session-id, x-dynamo-session-id), the LoRA
  * (x-kvrouter-lora) and, when allowed, the policy (x-kvrouter-policy), each only where f has
  * none yet; and every x-* header for the policy's req.headers. KVR_OK or KVR_ENOMEM. */
+static const char *const session_hdrs[] = {"x-kvrouter-session", "x-session-id",
+                                           "x-dynamo-session-id", NULL};
+static const char *const lora_hdrs[] = {"x-kvrouter-lora", NULL};
+static const char *const pol_hdrs[] = {"x-kvrouter-policy", NULL};
+
+/* 1 if name is one of list (NULL-terminated), case-insensitively. */
+static int name_in(const char *const *list, const char *name)
+{
+    for (; *list != NULL; list++)
+        if (strcasecmp(*list, name) == 0)
+            return 1;
+    return 0;
+}
+
 static int read_request_headers(struct flow *f, struct srv_hreq *h)
 {
-    static const char *const session_hdrs[] = {"x-kvrouter-session", "x-session-id",
-                                               "x-dynamo-session-id", NULL};
-    static const char *const lora_hdrs[] = {"x-kvrouter-lora", NULL};
-    static const char *const pol_hdrs[] = {"x-kvrouter-policy", NULL};
     if (f->session == NULL)
         f->session = dup_hdr(h, session_hdrs);
     if (f->lora == NULL)
@@ -1267,12 +1277,9 @@ void srv_api_route(struct srv_hreq *h)
                 srv_reply_error(h, 503, "out of memory");
                 goto out;
             }
-            if (f->session == NULL &&
-                (strcasecmp(hk, "x-session-id") == 0 || strcasecmp(hk, "x-kvrouter-session") == 0 ||
-                 strcasecmp(hk, "x-dynamo-session-id") == 0))
+            if (f->session == NULL && name_in(session_hdrs, hk))
                 f->session = strdup(val);
-            if (f->policy_hdr == NULL && t->srv->cfg->allow_policy_header &&
-                strcasecmp(hk, "x-kvrouter-policy") == 0)
+            if (f->policy_hdr == NULL && t->srv->cfg->allow_policy_header && name_in(pol_hdrs, hk))
                 f->policy_hdr = strdup(val);
         }
     }

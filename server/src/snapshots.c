@@ -135,7 +135,8 @@ static void remove_stale_temps(struct srv *s, const char *path)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
-        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0)
+        if (strncmp(n, base, bl) != 0 ||
+            strncmp(n + bl, KVR_SNAPSHOT_TMP_INFIX, strlen(KVR_SNAPSHOT_TMP_INFIX)) != 0)
             continue;
         const char *digits = n + bl + 5;
         char *end;
@@ -207,7 +208,7 @@ static int name_ok(const char *n)
               ch == '.' || ch == '_' || ch == '-'))
             return 0;
     }
-    return strstr(n, ".tmp.") == NULL && strstr(n, ".refused.") == NULL;
+    return strstr(n, KVR_SNAPSHOT_TMP_INFIX) == NULL && strstr(n, ".refused.") == NULL;
 }
 
 int srv_snapshot_resolve(const struct srv *s, const char *requested, char *out, size_t cap,

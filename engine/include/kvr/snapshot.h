@@ -31,6 +31,10 @@
 #ifndef KVR_SNAPSHOT_H
 #define KVR_SNAPSHOT_H
 
+/* A write goes to "<path>" KVR_SNAPSHOT_TMP_INFIX "<pid>" first, then is renamed over <path>;
+ * a file with this infix is a write in progress (or one a killed process left behind). */
+#define KVR_SNAPSHOT_TMP_INFIX ".tmp."
+
 #include <stddef.h>
 #include <stdint.h>
 
