@@ -201,8 +201,9 @@ static int bench_build(int n)
             return 1;
         }
     }
-    uint64_t *w = calloc((size_t)n, sizeof(*w)), *c = calloc((size_t)n, sizeof(*c));
-    if (w == NULL || c == NULL)
+    struct config cf = {.wall = calloc((size_t)n, sizeof(uint64_t)),
+                        .cpu = calloc((size_t)n, sizeof(uint64_t))};
+    if (cf.wall == NULL || cf.cpu == NULL)
         return 1;
     for (int i = 0; i < n; i++) {
         kvr_lua_vm_t *vm = NULL;
@@ -210,16 +211,15 @@ static int bench_build(int n)
         if (kvr_lua_vm_new(rt, NULL, &vm) != KVR_OK)
             return 1;
         kvr_lua_vm_free(vm);
-        c[i] = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
-        w[i] = clock_ns(CLOCK_MONOTONIC) - w0;
+        cf.cpu[i] = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+        cf.wall[i] = clock_ns(CLOCK_MONOTONIC) - w0;
     }
-    qsort(w, (size_t)n, sizeof(*w), cmp_u64);
-    qsort(c, (size_t)n, sizeof(*c), cmp_u64);
+    summarize(&cf, n, 1); /* one build per sample: ns per build */
     printf("VM build with %zu policies: median %.3f ms wall, %.3f ms CPU (best %.3f ms wall; "
            "%d builds)\n",
-           k, (double)w[n / 2] / 1e6, (double)c[n / 2] / 1e6, (double)w[0] / 1e6, n);
-    free(w);
-    free(c);
+           k, cf.p50 / 1e6, cf.cpu50 / 1e6, cf.min / 1e6, n);
+    free(cf.wall);
+    free(cf.cpu);
     kvr_lua_runtime_free(rt);
     return 0;
 }

@@ -14,8 +14,8 @@
 --          choice of the built-in C fallback (test_policies.c checks this on random inputs).
 -- Speed    the O(candidates) loop is kvr.classic_argmin / kvr.classic_costs (the formula above,
 --          in the runtime's JIT-compiled code), so the policy costs about the same sandboxed as
---          trusted; cost_of below is the same formula in plain Lua, and selftest checks that
---          both helpers agree with it.
+--          trusted; selftest checks that both helpers agree with kvr.classic_cost, candidate by
+--          candidate.
 local params = {
     overlap_weight = 1.0,
     temperature = 0.0,
@@ -32,17 +32,6 @@ local function select(req, candidates)
     end
     -- the lowest cost; ties: fewer tree_blocks, then the earlier candidate
     return candidates[kvr.classic_argmin(req, candidates, w)]
-end
-
--- The formula, spelled out (the reference the helpers must match).
-local function cost_of(req, c, w)
-    local bs = req.block_size
-    local prefill = req.tokens - c.overlap * bs
-    if prefill < 0 then
-        prefill = 0
-    end
-    prefill = prefill + c.prefill_tokens
-    return w * (prefill / bs) + (c.new_blocks + c.decode_blocks)
 end
 
 local function selftest()
@@ -70,7 +59,7 @@ local function selftest()
     for _, w in ipairs({ 1.0, 0.5, 2.75 }) do
         kvr.classic_costs(rq, list, w, costs, trees)
         for i = 1, #list do
-            if costs[i] ~= cost_of(rq, list[i], w) or trees[i] ~= i then
+            if costs[i] ~= kvr.classic_cost(rq, list[i], w) or trees[i] ~= i then
                 return false, "kvr.classic_costs differs from the formula at " .. i
             end
         end
@@ -81,7 +70,7 @@ local function selftest()
     end
     local best = 1 -- the plain-Lua argmin with the tie-break, against kvr.classic_argmin
     for i = 2, #list do
-        local ci, cb = cost_of(rq, list[i], 1.0), cost_of(rq, list[best], 1.0)
+        local ci, cb = kvr.classic_cost(rq, list[i], 1.0), kvr.classic_cost(rq, list[best], 1.0)
         if ci < cb or (ci == cb and list[i].tree_blocks < list[best].tree_blocks) then
             best = i
         end

@@ -194,21 +194,15 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-int kvr_snapshot_write_file(const char *path, const struct kvr_snapshot_index *ix, size_t n,
-                            uint64_t now_ms, char *err, size_t err_len)
+int kvr_snapshot_write_atomic(const char *path, const void *data, size_t len, char *err,
+                              size_t err_len)
 {
-    struct kvr_buf b;
     char tmp[4096], dir[4096];
     int fd = -1, created = 0, rc;
-    kvr_buf_init(&b, NULL);
-    rc = kvr_snapshot_encode(ix, n, now_ms, &b, err, err_len);
-    if (rc != KVR_OK)
-        goto out;
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s" KVR_SNAPSHOT_TMP_INFIX "%ld", path,
                          (long)getpid()) >= sizeof(tmp)) {
         snprintf(err, err_len, "snapshot path too long");
-        rc = KVR_EINVAL;
-        goto out;
+        return KVR_EINVAL;
     }
     rc = KVR_EIO;
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -217,7 +211,7 @@ int kvr_snapshot_write_file(const char *path, const struct kvr_snapshot_index *i
         goto out;
     }
     created = 1;
-    if (write_all(fd, b.data, b.len) == -1 || fsync(fd) == -1) {
+    if (write_all(fd, data, len) == -1 || fsync(fd) == -1) {
         snprintf(err, err_len, "writing %s: %s", tmp, strerror(errno));
         goto out;
     }
@@ -252,6 +246,17 @@ out:
         close(fd);
     if (created)
         unlink(tmp);
+    return rc;
+}
+
+int kvr_snapshot_write_file(const char *path, const struct kvr_snapshot_index *ix, size_t n,
+                            uint64_t now_ms, char *err, size_t err_len)
+{
+    struct kvr_buf b;
+    kvr_buf_init(&b, NULL);
+    int rc = kvr_snapshot_encode(ix, n, now_ms, &b, err, err_len);
+    if (rc == KVR_OK)
+        rc = kvr_snapshot_write_atomic(path, b.data, b.len, err, err_len);
     kvr_buf_free(&b);
     return rc;
 }

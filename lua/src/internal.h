@@ -127,11 +127,10 @@ struct lstate {
     uint64_t cpu_limit_ns;  /* thread CPU time limit once in grace; 0: not yet */
     uint64_t cpu_sample_ns; /* thread CPU time at cpu_sample_wall_ns (refreshed per budget) */
     uint64_t cpu_sample_wall_ns;
-    int timed_out;          /* the budget was exceeded during the current call */
-    uint32_t hook_count;    /* count-hook period */
-    uint64_t coarse_res_ns; /* resolution of CLOCK_MONOTONIC_COARSE */
-    int refs[REF_N];        /* registry references (luaL_ref) */
-    unsigned *hooks;        /* per slot: the hook bits R.add_policy returned */
+    int timed_out;       /* the budget was exceeded during the current call */
+    uint32_t hook_count; /* count-hook period */
+    int refs[REF_N];     /* registry references (luaL_ref) */
+    unsigned *hooks;     /* per slot: the hook bits R.add_policy returned */
     size_t n_slots;
     struct kvr_ffi_vm fv;
     struct kvr_ffi_call call;
@@ -291,6 +290,7 @@ struct kvr_lua_runtime {
     uint64_t stop_signals;       /* stop signals queued (under mu) */
     size_t stuck_now;            /* VMs over the limit at the last pass (under mu) */
     atomic_ullong stopped_total; /* calls interrupted, their state discarded */
+    uint64_t coarse_res_ns;      /* resolution of CLOCK_MONOTONIC_COARSE (read once) */
 };
 
 /* Index of a library module in kvr_lua_runtime.lib_bc. */

@@ -85,6 +85,10 @@ int kvr_lua_runtime_new(const struct kvr_lua_config *cfg, kvr_lua_runtime_t **ou
         rt->cfg.engine.block_size = 16;
     if (rt->cfg.script_budget_ns == 0)
         rt->cfg.script_budget_ns = DEFAULT_SCRIPT_BUDGET_NS;
+    struct timespec res;
+    rt->coarse_res_ns = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0
+                            ? (uint64_t)res.tv_sec * 1000000000u + (uint64_t)res.tv_nsec
+                            : 10000000u;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

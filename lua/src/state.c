@@ -166,7 +166,7 @@ static uint64_t arm(struct lstate *s, uint64_t budget_ns)
     s->cpu_limit_ns = 0;
     s->grace_ns = budget_ns / GRACE_DIV;
     uint64_t now = coarse_ns();
-    s->deadline_ns = budget_ns ? now + budget_ns + s->coarse_res_ns : 0;
+    s->deadline_ns = budget_ns ? now + budget_ns + s->fv.rt->coarse_res_ns : 0;
     if (budget_ns != 0 && now - s->cpu_sample_wall_ns > budget_ns) {
         s->cpu_sample_ns = thread_cpu_ns(); /* ~0.4 us, at most once per budget of wall time */
         s->cpu_sample_wall_ns = now;
@@ -239,15 +239,16 @@ int lstate_pcall(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char
     return lstate_pcall_timed(s, nargs, nres, budget_ns, err, err_len, &elapsed);
 }
 
-int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
-                       size_t err_len, uint64_t *elapsed_ns)
+/* One protected call of the function below its nargs arguments, errfunc the traceback handler:
+ * armed, timed (*elapsed_ns), disarmed. On failure the message goes to err and the stack is cut
+ * to err_top (a full GC after a memory error); an interrupted call returns at once (the state is
+ * unusable). On KVR_LUA_OK the nres results are on the stack. */
+static int timed_call(struct lstate *s, int nargs, int nres, int errfunc, int err_top,
+                      uint64_t budget_ns, uint64_t *elapsed_ns, char *err, size_t err_len)
 {
     lua_State *L = s->L;
-    int base = lua_gettop(L) - nargs; /* the function */
-    lua_rawgeti(L, LUA_REGISTRYINDEX, s->refs[REF_TRACEBACK]);
-    lua_insert(L, base);
     uint64_t t0 = arm(s, budget_ns);
-    int rc = guarded_pcall(s, nargs, nres, base);
+    int rc = guarded_pcall(s, nargs, nres, errfunc);
     *elapsed_ns = coarse_ns() - t0;
     if (rc == RC_STOPPED)
         return stopped_call(s, err, err_len);
@@ -255,12 +256,23 @@ int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns
     disarm(s);
     if (status != KVR_LUA_OK) {
         call_error(s, rc, status, err, err_len);
-        lua_settop(L, base - 1);
-    } else {
-        lua_remove(L, base);
+        lua_settop(L, err_top);
+        if (status == KVR_LUA_ERRMEM)
+            lua_gc(L, LUA_GCCOLLECT, 0);
     }
-    if (status == KVR_LUA_ERRMEM)
-        lua_gc(L, LUA_GCCOLLECT, 0);
+    return status;
+}
+
+int lstate_pcall_timed(struct lstate *s, int nargs, int nres, uint64_t budget_ns, char *err,
+                       size_t err_len, uint64_t *elapsed_ns)
+{
+    lua_State *L = s->L;
+    int base = lua_gettop(L) - nargs; /* the function */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->refs[REF_TRACEBACK]);
+    lua_insert(L, base);
+    int status = timed_call(s, nargs, nres, base, base - 1, budget_ns, elapsed_ns, err, err_len);
+    if (status == KVR_LUA_OK)
+        lua_remove(L, base);
     return status;
 }
 
@@ -270,16 +282,8 @@ int lstate_decide(struct lstate *s, uint64_t budget_ns, size_t *n_ranked, uint64
     lua_State *L = s->L;
     *n_ranked = 0;
     lua_pushvalue(L, FIX_DECIDE); /* the stack holds FIX_TRACEBACK, FIX_DECIDE (lstate_new) */
-    uint64_t t0 = arm(s, budget_ns);
-    int rc = guarded_pcall(s, 0, 2, FIX_TRACEBACK);
-    *elapsed_ns = coarse_ns() - t0;
-    if (rc == RC_STOPPED)
-        return stopped_call(s, err, err_len);
-    int status = map_rc(s, rc);
-    disarm(s);
-    if (status != KVR_LUA_OK) {
-        call_error(s, rc, status, err, err_len);
-    } else {
+    int status = timed_call(s, 0, 2, FIX_TRACEBACK, FIX_N, budget_ns, elapsed_ns, err, err_len);
+    if (status == KVR_LUA_OK) {
         lua_Integer k = lua_tointeger(L, -2);
         if (k > 0 && (uint64_t)k <= s->call.out_cap) {
             *n_ranked = (size_t)k;
@@ -288,10 +292,8 @@ int lstate_decide(struct lstate *s, uint64_t budget_ns, size_t *n_ranked, uint64
             status = KVR_LUA_INVALID;
             copy_err(err, err_len, why ? why : "invalid choice");
         }
+        lua_settop(L, FIX_N);
     }
-    lua_settop(L, FIX_N);
-    if (status == KVR_LUA_ERRMEM)
-        lua_gc(L, LUA_GCCOLLECT, 0);
     return status;
 }
 
@@ -388,13 +390,15 @@ int lstate_compile_library(kvr_lua_runtime_t *rt, char *err, size_t err_len)
         const char *mod, *name;
     } libs[] = {{"kvr.core", "kvr/core"}, {"kvr.policy", "kvr/policy"}};
     for (int i = 0; i < 2; i++) {
-        const struct kvr_lua_embedded *e = embedded_find(libs[i].mod);
-        if (e == NULL) {
-            snprintf(err, err_len, "embedded module %s missing", libs[i].mod);
+        size_t len;
+        int owned; /* never: without lib_dir the source is the embedded copy */
+        const char *src = module_source(rt, libs[i].mod, &len, &owned, err, err_len);
+        if (src == NULL)
             return KVR_LUA_ERRRUN;
-        }
-        int st = lua_compile(libs[i].name, e->data, e->len, &rt->lib_bc[i].p, &rt->lib_bc[i].len,
-                             err, err_len);
+        int st =
+            lua_compile(libs[i].name, src, len, &rt->lib_bc[i].p, &rt->lib_bc[i].len, err, err_len);
+        if (owned)
+            free((char *)src);
         if (st != KVR_LUA_OK)
             return st;
     }
@@ -572,10 +576,6 @@ int lstate_new(kvr_lua_runtime_t *rt, struct kvr_lua_vm *vm, int admin, uint64_t
     lua_settop(s->L, 0);
     lua_rawgeti(s->L, LUA_REGISTRYINDEX, s->refs[REF_TRACEBACK]);
     lua_rawgeti(s->L, LUA_REGISTRYINDEX, s->refs[REF_DECIDE]);
-    struct timespec res;
-    s->coarse_res_ns = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0
-                           ? (uint64_t)res.tv_sec * 1000000000u + (uint64_t)res.tv_nsec
-                           : 10000000u;
     *out = s;
     return KVR_LUA_OK;
 }

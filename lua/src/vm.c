@@ -173,38 +173,18 @@ uint64_t kvr_lua_vm_allocated(kvr_lua_vm_t *vm)
     return vm->st != NULL ? vm->st->allocated : 0;
 }
 
-/* After the watchdog interrupted a call: the state is unusable (its C stack frames are gone);
- * close it and build a fresh one from the same set (vm->st NULL until that succeeds). */
-static void recover(struct kvr_lua_vm *vm)
-{
-    kvr_lua_runtime_t *rt = vm->rt;
-    lstate_free(vm->st); /* lua_close copes with the abandoned call (tests: ASan) */
-    vm->st = NULL;
-    struct lstate *s = NULL;
-    char err[ERR_CAP];
-    int st = lstate_build(rt, vm, vm->set, rt->cfg.seed + vm->id, &s, err, sizeof(err));
-    if (st != KVR_LUA_OK) {
-        vm->retry_after_ns = kvr_lua_now_ns() + RETRY_NS;
-        rt_log(rt, KVR_LUA_LOG_ERROR,
-               "kvr_lua: VM %llu cannot rebuild its Lua state after an interrupted call: %s "
-               "(the built-in policy decides until it can)",
-               (unsigned long long)vm->id, err);
-        return;
-    }
-    vm->st = s;
-    if (vm->vcfg.swapped != NULL)
-        vm->vcfg.swapped(vm->vcfg.wake_ctx, vm);
-    rt_log(rt, KVR_LUA_LOG_WARN, "kvr_lua: VM %llu rebuilt its Lua state after an interrupted call",
-           (unsigned long long)vm->id);
-}
-
-/* The live state, rebuilding a discarded one when its retry time has come; NULL if none. */
-static struct lstate *live_state(struct kvr_lua_vm *vm)
+/* The live state, rebuilding a discarded one when its retry time has come; NULL if none. A
+ * failed rebuild's message goes to err (when not NULL). */
+static struct lstate *live_state(struct kvr_lua_vm *vm, char *err, size_t err_len)
 {
     if (vm->st == NULL && kvr_lua_now_ns() >= vm->retry_after_ns) {
         struct lstate *s = NULL;
-        char err[ERR_CAP];
-        if (lstate_build(vm->rt, vm, vm->set, vm->rt->cfg.seed + vm->id, &s, err, sizeof(err)) ==
+        char buf[ERR_CAP];
+        if (err == NULL) {
+            err = buf;
+            err_len = sizeof(buf);
+        }
+        if (lstate_build(vm->rt, vm, vm->set, vm->rt->cfg.seed + vm->id, &s, err, err_len) ==
             KVR_LUA_OK) {
             vm->st = s;
             if (vm->vcfg.swapped != NULL)
@@ -214,6 +194,29 @@ static struct lstate *live_state(struct kvr_lua_vm *vm)
         }
     }
     return vm->st;
+}
+
+/* After the watchdog interrupted a call: the state is unusable (its C stack frames are gone);
+ * close it and build a fresh one from the same set (vm->st NULL until that succeeds). The swap
+ * callback sees either outcome (no state: no hooks). */
+static void recover(struct kvr_lua_vm *vm)
+{
+    kvr_lua_runtime_t *rt = vm->rt;
+    lstate_free(vm->st); /* lua_close copes with the abandoned call (tests: ASan) */
+    vm->st = NULL;
+    vm->retry_after_ns = 0;
+    char err[ERR_CAP];
+    if (live_state(vm, err, sizeof(err)) == NULL) {
+        if (vm->vcfg.swapped != NULL)
+            vm->vcfg.swapped(vm->vcfg.wake_ctx, vm);
+        rt_log(rt, KVR_LUA_LOG_ERROR,
+               "kvr_lua: VM %llu cannot rebuild its Lua state after an interrupted call: %s "
+               "(the built-in policy decides until it can)",
+               (unsigned long long)vm->id, err);
+        return;
+    }
+    rt_log(rt, KVR_LUA_LOG_WARN, "kvr_lua: VM %llu rebuilt its Lua state after an interrupted call",
+           (unsigned long long)vm->id);
 }
 
 /* ==== decisions ============================================================================== */
@@ -285,7 +288,7 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
         return KVR_EINVAL;
     kvr_lua_vm_poll(vm);
     kvr_lua_runtime_t *rt = vm->rt;
-    struct lstate *s = live_state(vm);
+    struct lstate *s = live_state(vm, NULL, 0);
     const struct policy_set *set = vm->set;
     vm->err[0] = '\0';
     d->n_ranked = 0;
@@ -317,29 +320,27 @@ int kvr_lua_vm_select(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     d->elapsed_ns = elapsed;
     inc(&pc->lua_ns, elapsed);
     if (s->stopped) {
-        recover(vm); /* s is gone */
-        inc(&pc->timeouts, 1);
-        log_failure(vm, p->id, p->name, "select", status);
-        goto fallback;
-    }
-    if (status == KVR_LUA_OK) {
-        if (!indices_ok(s->call.ranked, k, n)) {
-            status = KVR_LUA_INVALID;
-            snprintf(vm->err, sizeof(vm->err), "the choice names no valid candidate");
-        } else if (lstate_overran(s, elapsed, rt->cfg.budget_ns)) {
-            /* Nothing could interrupt it (compiled trusted code, a long C library call). */
-            status = KVR_LUA_ETIMEDOUT;
-            snprintf(vm->err, sizeof(vm->err),
-                     "decision took %llu us, over %u x the budget of %llu us of CPU time "
-                     "(result discarded)",
-                     (unsigned long long)(elapsed / 1000), HARD_FACTOR,
-                     (unsigned long long)(rt->cfg.budget_ns / 1000));
-        } else {
-            memcpy(d->ranked, s->call.ranked, k * sizeof(*d->ranked));
-            d->n_ranked = k;
+        recover(vm); /* s is gone; status is ETIMEDOUT, counted and logged below */
+    } else {
+        if (status == KVR_LUA_OK) {
+            if (!indices_ok(s->call.ranked, k, n)) {
+                status = KVR_LUA_INVALID;
+                snprintf(vm->err, sizeof(vm->err), "the choice names no valid candidate");
+            } else if (lstate_overran(s, elapsed, rt->cfg.budget_ns)) {
+                /* Nothing could interrupt it (compiled trusted code, a long C library call). */
+                status = KVR_LUA_ETIMEDOUT;
+                snprintf(vm->err, sizeof(vm->err),
+                         "decision took %llu us, over %u x the budget of %llu us of CPU time "
+                         "(result discarded)",
+                         (unsigned long long)(elapsed / 1000), HARD_FACTOR,
+                         (unsigned long long)(rt->cfg.budget_ns / 1000));
+            } else {
+                memcpy(d->ranked, s->call.ranked, k * sizeof(*d->ranked));
+                d->n_ranked = k;
+            }
         }
+        reset_call(s);
     }
-    reset_call(s);
     d->status = status;
     if (status == KVR_LUA_OK) {
         inc(&pc->ok, 1);
@@ -386,12 +387,6 @@ static int run_hook(struct kvr_lua_vm *vm, int slot, int ref, const char *what)
     lua_rawgeti(s->L, LUA_REGISTRYINDEX, s->refs[ref]);
     vm->err[0] = '\0';
     int status = lstate_pcall(s, 0, 1, vm->rt->cfg.budget_ns, vm->err, sizeof(vm->err));
-    if (s->stopped) {
-        inc(&vm->pc[p->id].hook_errors, 1);
-        log_failure(vm, p->id, p->name, what, status);
-        recover(vm);
-        return status;
-    }
     if (status == KVR_LUA_OK) {
         if (!lua_toboolean(s->L, -1))
             status = KVR_LUA_NOPOLICY;
@@ -400,6 +395,8 @@ static int run_hook(struct kvr_lua_vm *vm, int slot, int ref, const char *what)
         inc(&vm->pc[p->id].hook_errors, 1);
         log_failure(vm, p->id, p->name, what, status);
     }
+    if (s->stopped) /* (never OK) */
+        recover(vm);
     return status;
 }
 
@@ -410,7 +407,7 @@ int kvr_lua_vm_on_response(kvr_lua_vm_t *vm, const struct kvr_ffi_request *req,
     if (vm == NULL || req == NULL || worker == NULL || outcome == NULL)
         return KVR_LUA_INVALID;
     kvr_lua_vm_poll(vm);
-    struct lstate *s = live_state(vm);
+    struct lstate *s = live_state(vm, NULL, 0);
     int slot = resolve(vm->set, req, vm->rt->cfg.allow_header_policy);
     if (s == NULL || slot < 0 || (size_t)slot >= s->n_slots || !(s->hooks[slot] & 1u))
         return KVR_LUA_NOPOLICY;
@@ -445,7 +442,7 @@ int kvr_lua_vm_on_event(kvr_lua_vm_t *vm, const struct kvr_event *ev)
     if (vm == NULL || ev == NULL || ev->kind < KVR_EVENT_STORED || ev->kind > KVR_EVENT_CLEARED)
         return KVR_LUA_INVALID;
     kvr_lua_vm_poll(vm);
-    struct lstate *s = live_state(vm);
+    struct lstate *s = live_state(vm, NULL, 0);
     if (s == NULL)
         return KVR_LUA_NOPOLICY;
     unsigned bit = 1u << ev->kind; /* stored 2, removed 4, cleared 8 */

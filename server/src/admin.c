@@ -112,8 +112,11 @@ static void run_script(struct srv_control *c, struct srv_job *j)
 {
     struct srv *s = srv_control_server(c);
     j->status = srv_policy_script(s->policy, j->arg, j->arg_len, &j->body);
-    srv_logf(s->log, j->status == 200 ? SRV_LOG_INFO : SRV_LOG_WARN, "admin",
-             "operator script (%zu bytes): %d", j->arg_len, j->status);
+    int ok = j->status == 200;
+    size_t n = ok || j->body.data == NULL ? 0 : j->body.len < 400 ? j->body.len : 400;
+    srv_logf(s->log, ok ? SRV_LOG_INFO : SRV_LOG_WARN, "admin",
+             "operator script (%zu bytes): %d%s%.*s", j->arg_len, j->status, n ? " " : "", (int)n,
+             n ? j->body.data : ""); /* a failure with its error body (JSON) */
 }
 
 /* ==== status (on the HTTP thread: reads only) ================================================= */

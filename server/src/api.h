@@ -19,6 +19,8 @@
 #ifndef KVR_SRV_API_H
 #define KVR_SRV_API_H
 
+struct kvr_buf;
+struct srv;
 struct srv_hreq;
 
 void srv_api_register(struct srv_hreq *h);
@@ -27,6 +29,10 @@ void srv_api_workers_indexer(struct srv_hreq *h);
 void srv_api_query(struct srv_hreq *h);
 void srv_api_query_by_hash(struct srv_hreq *h);
 void srv_api_dump(struct srv_hreq *h);
+/* GET /dump's JSON (every model's index as the events that rebuild it) appended to out, on the
+ * calling thread. KVR_OK, or KVR_ENOMEM (out then holds a partial text: the caller frees it).
+ * Also kvr.admin.dump (policy.c). */
+int srv_dump_json(struct srv *s, struct kvr_buf *out);
 
 void srv_api_events(struct srv_hreq *h);
 

@@ -460,10 +460,8 @@ void srv_api_query_by_hash(struct srv_hreq *h)
  * dump is built on the control thread (a job, thread.h) while this thread keeps serving its
  * other connections; the text goes out without a copy. */
 
-static void dump_run(struct srv_control *c, struct srv_job *j)
+int srv_dump_json(struct srv *s, struct kvr_buf *o)
 {
-    struct srv *s = srv_control_server(c);
-    struct kvr_buf *o = &j->body;
     struct srv_jw w;
     srv_jw_init(&w, o);
     srv_jw_char(&w, '{');
@@ -491,7 +489,13 @@ static void dump_run(struct srv_control *c, struct srv_job *j)
         kvr_event_list_free(&l);
     }
     srv_jw_char(&w, '}');
-    if (w.err != KVR_OK) {
+    return w.err;
+}
+
+static void dump_run(struct srv_control *c, struct srv_job *j)
+{
+    struct kvr_buf *o = &j->body;
+    if (srv_dump_json(srv_control_server(c), o) != KVR_OK) {
         kvr_buf_free(o);
         kvr_buf_append_str(o, "{\"error\":\"out of memory while building the dump\"}");
         j->status = 503;

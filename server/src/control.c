@@ -188,7 +188,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     uint64_t now = srv_now_ms();
     health_tick(c, now);
-    srv_policy_tick(s->policy, now); /* the stuck-call watchdog, --policy-dev */
+    srv_policy_tick(s->policy); /* the stuck-call watchdog, --policy-dev */
     if (now >= c->next_expiry_ms) {
         size_t n = srv_models_count(&s->models);
         for (size_t k = 0; k < n; k++) {

@@ -17,14 +17,13 @@
 
 #ifdef KVR_HAVE_LUA
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "api.h"
 #include "jsonw.h"
-#include "kvr/event_json.h"
 #include "kvr/lua.h"
+#include "kvr/snapshot.h"
 #include "snapshots.h"
 
 #define DEFAULT_POLICY "bounded_affinity" /* policies/README.md "The default" (policy lab) */
@@ -57,7 +56,6 @@ struct srv_policy_rt {
     _Atomic unsigned any_hooks;             /* OR of the registered threads' kv_hooks */
     _Atomic uint64_t hook_batches;          /* event batches delivered to a thread */
     _Atomic uint64_t hook_dropped;          /* batches dropped: that thread was too far behind */
-    _Atomic size_t stuck;                   /* threads stuck in one call (last watchdog pass) */
     _Atomic uint64_t dev_reloads;           /* --policy-dev re-installs (accepted) */
     _Atomic uint64_t scripts;               /* operator scripts run (POST /admin/script) */
 #endif
@@ -130,10 +128,9 @@ void srv_policy_events(void *ctx, struct srv_model *m, const struct kvr_event *e
     (void)n;
 }
 
-void srv_policy_tick(struct srv_policy_rt *rt, uint64_t now_ms)
+void srv_policy_tick(struct srv_policy_rt *rt)
 {
     (void)rt;
-    (void)now_ms;
 }
 
 int srv_policy_ready(struct srv_policy_rt *rt)
@@ -485,74 +482,22 @@ static int admin_snapshot(void *ctx, const char *path, char *err, size_t err_len
 }
 
 /* Every model's index as the events that rebuild it, GET /dump's JSON, written atomically
- * (temp file, fsync, rename). */
+ * (kvr_snapshot_write_atomic: temp file, fsync, rename). */
 static int admin_dump(void *ctx, const char *path, char *err, size_t err_len)
 {
     struct srv *s = ctx;
-    char file[4096], tmp[4200];
+    char file[4096];
     int rc = srv_snapshot_resolve(s, path, file, sizeof(file), err, err_len);
     if (rc != KVR_OK)
         return rc;
     struct kvr_buf b;
     kvr_buf_init(&b, NULL);
-    struct srv_jw w;
-    srv_jw_init(&w, &b);
-    srv_jw_char(&w, '{');
-    for (size_t k = 0; k < srv_models_count(&s->models); k++) {
-        struct srv_model *m = srv_models_at(&s->models, k);
-        struct kvr_event_list l;
-        kvr_event_list_init(&l);
-        int drc = kvr_index_dump(m->index, &l);
-        if (k > 0)
-            srv_jw_char(&w, ',');
-        srv_jw_cstr(&w, m->key);
-        if (drc != KVR_OK) {
-            srv_jw_raw(&w, ":{\"error\":");
-            srv_jw_cstr(&w, kvr_strerror(drc));
-            srv_jw_char(&w, '}');
-        } else {
-            srv_jw_raw(&w, ":{\"block_size\":");
-            srv_jw_u64(&w, m->block_size);
-            srv_jw_raw(&w, ",\"events\":");
-            if (w.err == KVR_OK && kvr_event_json_encode_array(l.ev, l.n, &b) != KVR_OK)
-                w.err = KVR_ENOMEM;
-            srv_jw_char(&w, '}');
-        }
-        kvr_event_list_free(&l);
-    }
-    srv_jw_char(&w, '}');
-    if (w.err != KVR_OK) {
-        kvr_buf_free(&b);
+    if (srv_dump_json(s, &b) != KVR_OK) {
         snprintf(err, err_len, "out of memory while building the dump");
-        return KVR_ENOMEM;
+        rc = KVR_ENOMEM;
+    } else {
+        rc = kvr_snapshot_write_atomic(file, b.data, b.len, err, err_len);
     }
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", file, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    rc = KVR_EIO;
-    if (fd == -1) {
-        snprintf(err, err_len, "%s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    size_t off = 0;
-    while (off < b.len) {
-        ssize_t n = write(fd, b.data + off, b.len - off);
-        if (n == -1 && errno == EINTR)
-            continue;
-        if (n == -1) {
-            snprintf(err, err_len, "%s: %s", tmp, strerror(errno));
-            close(fd);
-            unlink(tmp);
-            goto out;
-        }
-        off += (size_t)n;
-    }
-    if (fsync(fd) == -1 || close(fd) == -1 || rename(tmp, file) == -1) {
-        snprintf(err, err_len, "%s: %s", file, strerror(errno));
-        unlink(tmp);
-        goto out;
-    }
-    rc = KVR_OK;
-out:
     kvr_buf_free(&b);
     return rc;
 }
@@ -581,9 +526,7 @@ int srv_policy_script(struct srv_policy_rt *rt, const char *src, size_t len, str
         srv_jw_cstr(&w, err);
         srv_jw_raw(&w, ",\"status\":");
         srv_jw_cstr(&w, kvr_lua_status_name(st));
-        srv_jw_char(&w, '}');
-        srv_logf(rt->s->log, SRV_LOG_WARN, "admin", "operator script failed (%s): %.300s",
-                 kvr_lua_status_name(st), err);
+        srv_jw_char(&w, '}'); /* the caller logs the outcome, with this body */
     }
     free(res);
     free(err);
@@ -619,24 +562,24 @@ static void dev_check(struct srv_policy_rt *rt)
     }
 }
 
-void srv_policy_tick(struct srv_policy_rt *rt, uint64_t now_ms)
+void srv_policy_tick(struct srv_policy_rt *rt)
 {
-    (void)now_ms;
     if (rt == NULL)
         return;
     const struct srv_config *cfg = rt->s->cfg;
-    if (cfg->policy_stuck_after_ms > 0) {
-        struct kvr_lua_watchdog_report r;
-        kvr_lua_runtime_watchdog(rt->lua, cfg->policy_stuck_after_ms * 1000000u, &r);
-        atomic_store(&rt->stuck, r.stuck);
-    }
+    if (cfg->policy_stuck_after_ms > 0)
+        kvr_lua_runtime_watchdog(rt->lua, cfg->policy_stuck_after_ms * 1000000u, NULL);
     if (cfg->policy_dev)
         dev_check(rt);
 }
 
 int srv_policy_ready(struct srv_policy_rt *rt)
 {
-    return rt == NULL || atomic_load(&rt->stuck) == 0;
+    if (rt == NULL)
+        return 1;
+    struct kvr_lua_runtime_stats rs;
+    kvr_lua_runtime_stats(rt->lua, &rs);
+    return rs.stuck_now == 0;
 }
 
 int srv_policy_rt_new(struct srv *s, struct srv_policy_rt **out, char *err, size_t err_len)
@@ -772,11 +715,6 @@ static void hooks_update_vm(struct srv_thread *t, kvr_lua_vm_t *vm)
     pthread_mutex_unlock(&rt->th_mu);
 }
 
-static void hooks_update(struct srv_thread *t)
-{
-    hooks_update_vm(t, t->policy_vm);
-}
-
 /* The VM's swap callback: runs before the new generation is published, so an install answered
  * 200 already has every thread's hook bits current (events posted right after reach them). */
 static void vm_swapped(void *ctx, kvr_lua_vm_t *vm)
@@ -796,7 +734,6 @@ static void events_msg(void *ctx, void *arg)
         for (size_t i = 0; i < b->l.n; i++)
             (void)kvr_lua_vm_on_event(t->policy_vm, &b->l.ev[i]); /* failures are counted */
         kvr_lua_vm_set_engine(t->policy_vm, NULL);
-        hooks_update(t);
     }
     evbatch_unref(b);
 }
@@ -858,10 +795,8 @@ static void poll_msg(void *ctx, void *arg)
 {
     struct srv_thread *t = ctx;
     (void)arg;
-    if (!srv_mq_closing(&t->mq) && t->policy_vm != NULL) {
-        kvr_lua_vm_poll(t->policy_vm);
-        hooks_update(t);
-    }
+    if (!srv_mq_closing(&t->mq) && t->policy_vm != NULL)
+        kvr_lua_vm_poll(t->policy_vm); /* a swap publishes the hook bits (vm_swapped) */
 }
 
 static void wake(void *ctx)
@@ -889,15 +824,13 @@ void srv_policy_thread_init(struct srv_thread *t)
         vm = NULL;
     }
     t->policy_vm = vm;
-    hooks_update(t);
+    hooks_update_vm(t, vm);
 }
 
 void srv_policy_thread_poll(struct srv_thread *t)
 {
-    if (t->policy_vm != NULL) {
-        kvr_lua_vm_poll(t->policy_vm);
-        hooks_update(t);
-    }
+    if (t->policy_vm != NULL)
+        kvr_lua_vm_poll(t->policy_vm); /* a swap publishes the hook bits (vm_swapped) */
 }
 
 void srv_policy_thread_free(struct srv_thread *t)

@@ -126,7 +126,7 @@ void srv_policy_on_response(struct srv_thread *t, struct srv_model *m,
 /* The control thread's tick (every 200 ms): the stuck-call watchdog (--policy-stuck-after) and
  * the --policy-dev file watch (re-installs a policy file whose modification time changed; a
  * refused version leaves the previous one live and is logged). */
-void srv_policy_tick(struct srv_policy_rt *rt, uint64_t now_ms);
+void srv_policy_tick(struct srv_policy_rt *rt);
 
 /* 0 while an HTTP thread is stuck in one policy call (last watchdog pass), else 1: /readyz. */
 int srv_policy_ready(struct srv_policy_rt *rt);

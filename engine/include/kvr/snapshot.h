@@ -56,7 +56,14 @@ struct kvr_snapshot_index {
 int kvr_snapshot_encode(const struct kvr_snapshot_index *ix, size_t n, uint64_t now_ms,
                         struct kvr_buf *out, char *err, size_t err_len);
 
-/* Encodes and writes atomically to path (borrowed). KVR_OK, KVR_EIO, KVR_EINVAL, KVR_ENOMEM. */
+/* Writes data[0..len) to path (borrowed) atomically: to the temporary file (O_CLOEXEC), fsync,
+ * rename over path, fsync of its directory (best effort). KVR_OK, KVR_EIO or KVR_EINVAL (path
+ * too long), with a message in err; a failed write leaves no temporary file. */
+int kvr_snapshot_write_atomic(const char *path, const void *data, size_t len, char *err,
+                              size_t err_len);
+
+/* Encodes and writes atomically to path (borrowed; kvr_snapshot_write_atomic). KVR_OK, KVR_EIO,
+ * KVR_EINVAL, KVR_ENOMEM. */
 int kvr_snapshot_write_file(const char *path, const struct kvr_snapshot_index *ix, size_t n,
                             uint64_t now_ms, char *err, size_t err_len);
 

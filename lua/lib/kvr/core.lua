@@ -321,7 +321,7 @@ end
 
 -- The classic KV cost of one candidate (scheduling.md §3), same operation order as the C
 -- fallback (lua/src/fallback.c).
-function M.classic_cost(req, c, weight)
+local function classic_cost(req, c, weight)
     local bs = req.block_size
     local prefill = req.tokens - c.overlap * bs
     if prefill < 0 then
@@ -330,26 +330,21 @@ function M.classic_cost(req, c, weight)
     prefill = prefill + c.prefill_tokens
     return weight * (prefill / bs) + (c.new_blocks + c.decode_blocks)
 end
+M.classic_cost = classic_cost
 
 -- The classic cost of every candidate of `list` into costs[1..n] and, when `trees` is given, each
 -- candidate's tree_blocks into trees[1..n] (n = #list); entries of both beyond n are cleared, so
 -- the arrays can be reused from request to request. This is runtime code (JIT-compiled): a
 -- sandboxed policy, interpreted, gets the O(n) part at compiled speed. The loop is bounded by
--- #list; the stores are raw (no policy metamethod runs from here). Same operation order as
--- classic_cost and the C fallback.
+-- #list; the stores are raw (no policy metamethod runs from here). Each cost is classic_cost's
+-- (inlined by the JIT).
 function M.classic_costs(req, list, weight, costs, trees)
-    local bs, isl = req.block_size, req.tokens
     local n = #list
     local tr = trees or costs -- without trees, the second store below is overwritten at once
     for i = 1, n do
         local c = list[i]
-        local prefill = isl - c.overlap * bs
-        if prefill < 0 then
-            prefill = 0
-        end
-        prefill = prefill + c.prefill_tokens
         rawset(tr, i, c.tree_blocks)
-        rawset(costs, i, weight * (prefill / bs) + (c.new_blocks + c.decode_blocks))
+        rawset(costs, i, classic_cost(req, c, weight))
     end
     local i = n + 1
     while rawget(costs, i) ~= nil do
@@ -368,16 +363,10 @@ end
 -- the earlier one (the C fallback's rule). One compiled pass, nothing stored (runtime code, like
 -- classic_costs). nil for an empty list.
 function M.classic_argmin(req, list, weight)
-    local bs, isl = req.block_size, req.tokens
     local best, best_cost, best_tree = nil, huge, huge
     for i = 1, #list do
         local c = list[i]
-        local prefill = isl - c.overlap * bs
-        if prefill < 0 then
-            prefill = 0
-        end
-        prefill = prefill + c.prefill_tokens
-        local cost = weight * (prefill / bs) + (c.new_blocks + c.decode_blocks)
+        local cost = classic_cost(req, c, weight)
         if cost < best_cost or (cost == best_cost and c.tree_blocks < best_tree) then
             best, best_cost, best_tree = i, cost, c.tree_blocks
         end
