@@ -287,6 +287,60 @@ static int cmp_double(const void *a, const void *b)
 
 #define MAX_WORKERS 1024
 
+/* The overcount model's workers (rank 0 of each worker seen in an event, at most MAX_WORKERS):
+ * in order of first appearance (the order the model multiplies in), with each one's per-probe
+ * false-hit rate cached (kvr_ckf_index_rank_fpr, re-read after events), and a list of their
+ * indices sorted by worker id for lookups. */
+struct model {
+    uint64_t id[MAX_WORKERS];
+    double fpr[MAX_WORKERS];
+    int known[MAX_WORKERS];      /* the index has the rank (fpr valid) */
+    uint32_t exp[MAX_WORKERS];   /* the current query's expected depth (0 between queries) */
+    uint32_t by_id[MAX_WORKERS]; /* indices, ascending id */
+    size_t n;
+    int stale; /* an event since the rates were read */
+};
+
+/* Position in by_id of the first worker whose id is >= id. */
+static size_t model_lower(const struct model *m, uint64_t id)
+{
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->id[m->by_id[mid]] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The worker's index, or -1 if it is not tracked. */
+static long model_find(const struct model *m, uint64_t id)
+{
+    size_t p = model_lower(m, id);
+    return p < m->n && m->id[m->by_id[p]] == id ? (long)m->by_id[p] : -1;
+}
+
+static void model_add(struct model *m, uint64_t id)
+{
+    size_t p = model_lower(m, id);
+    if ((p < m->n && m->id[m->by_id[p]] == id) || m->n == MAX_WORKERS)
+        return;
+    memmove(&m->by_id[p + 1], &m->by_id[p], (m->n - p) * sizeof(m->by_id[0]));
+    m->by_id[p] = (uint32_t)m->n;
+    m->id[m->n] = id;
+    m->exp[m->n] = 0;
+    m->n++;
+}
+
+static void model_refresh(struct model *m, const kvr_ckf_index_t *idx)
+{
+    for (size_t w = 0; w < m->n; w++)
+        m->known[w] = kvr_ckf_index_rank_fpr(idx, m->id[w], 0, &m->fpr[w]) == KVR_OK;
+    m->stale = 0;
+}
+
 static int replay(const char *path, uint64_t expected, int translate, int gen_a, uint32_t max_load,
                   uint32_t window, uint32_t max_levels, int check)
 {
@@ -323,8 +377,8 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
     /* the first-order model of overcounting (kvr_ckf_index_rank_fpr): per query, every rank
      * whose expected depth is below the query length probes its first missing position; a
      * false hit there is the overcount */
-    static uint64_t workers[MAX_WORKERS];
-    size_t n_workers = 0, lanes_at_miss = 0;
+    static struct model model;
+    size_t lanes_at_miss = 0;
     double predicted = 0, fpr_sum = 0;
     double *lat = malloc((s.n_queries + 1) * sizeof(*lat)), t_apply = 0, t_query = 0;
     struct kvr_match out[256];
@@ -334,11 +388,8 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
         const struct kvr_opstream_op *op = &s.ops[i];
         if (op->kind == KVR_OPSTREAM_EVENT) {
             const struct kvr_event *ev = &s.events.ev[op->index];
-            int seen = 0;
-            for (size_t w = 0; w < n_workers && !seen; w++)
-                seen = workers[w] == ev->worker_id;
-            if (!seen && n_workers < MAX_WORKERS)
-                workers[n_workers++] = ev->worker_id;
+            model_add(&model, ev->worker_id);
+            model.stale = 1;
             double t0 = now_s();
             int erc = kvr_ckf_index_apply(idx, ev);
             t_apply += now_s() - t0;
@@ -385,14 +436,19 @@ static int replay(const char *path, uint64_t expected, int translate, int gen_a,
             }
         }
         double miss = 1.0; /* P(no lane probed at a miss has a false hit there) */
-        for (size_t w = 0; w < n_workers; w++) {
-            uint32_t exp = 0;
-            for (uint32_t e = 0; e < q->n_expect; e++)
-                if (ex[e].worker_id == workers[w])
-                    exp = ex[e].blocks;
-            double f;
-            if (exp >= q->n || kvr_ckf_index_rank_fpr(idx, workers[w], 0, &f) != KVR_OK)
+        if (model.stale)
+            model_refresh(&model, idx);
+        for (uint32_t e = 0; e < q->n_expect; e++) {
+            long w = model_find(&model, ex[e].worker_id);
+            if (w >= 0)
+                model.exp[w] = ex[e].blocks; /* the last expect of a worker counts */
+        }
+        for (size_t w = 0; w < model.n; w++) {
+            uint32_t exp = model.exp[w];
+            model.exp[w] = 0;
+            if (exp >= q->n || !model.known[w])
                 continue;
+            double f = model.fpr[w];
             lanes_at_miss++;
             fpr_sum += f;
             miss *= 1.0 - f;

@@ -248,19 +248,17 @@ static size_t expire_locked(struct kvr_approx *a, uint64_t now)
     return n;
 }
 
+/* (block, rank) pairs in the index (a CKF-only index has no tree: its ownership entries). */
 static size_t index_size(struct kvr_approx *a)
 {
-    struct kvr_index_stats st;
-    kvr_index_stats(a->idx, &st);
-    /* a CKF-only index has no tree: its ownership entries are the (block, rank) pairs */
-    return st.kind == KVR_INDEX_CKF ? (size_t)st.ckf.blocks : st.radix.block_ranks;
+    return kvr_index_block_ranks(a->idx);
 }
 
 static void prune_locked(struct kvr_approx *a)
 {
-    if (index_size(a) <= a->max_blocks)
-        return;
     size_t size = index_size(a);
+    if (size <= a->max_blocks)
+        return;
     while (size > a->target && a->heap_n > 0) {
         if (pop_one(a)) {
             a->st.pruned_blocks++;

@@ -248,9 +248,8 @@ struct lane {
     int state;             /* enum kvr_ckf_lane_state */
     uint64_t dc_worker_id; /* bound producer */
     uint64_t epoch;        /* installed sequence (READY) or snapshot epoch (LOADING) */
-    uint64_t high;         /* highest epoch installed from this producer (valid if has_high) */
-    int has_high;
-    uint32_t next_chunk; /* LOADING: expected chunk index */
+    uint64_t high;         /* highest epoch installed from this producer (0 if none) */
+    uint32_t next_chunk;   /* LOADING: expected chunk index */
     uint64_t retirements;
     uint64_t restarts;
     uint64_t applied;
@@ -305,6 +304,13 @@ static void set_ready(kvr_ckf_consumer_t *c, uint32_t lane, int on)
     atomic_store_explicit(&c->ready, m, memory_order_release);
 }
 
+/* Forgets what the lane installed from its producer: the highest epoch and recent deltas. */
+static void lane_forget_history(struct lane *l)
+{
+    l->high = 0;
+    l->dup_n = l->dup_next = 0;
+}
+
 int kvr_ckf_consumer_bind(kvr_ckf_consumer_t *c, uint32_t lane, uint64_t dc_worker_id)
 {
     if (lane >= c->lanes)
@@ -314,9 +320,8 @@ int kvr_ckf_consumer_bind(kvr_ckf_consumer_t *c, uint32_t lane, uint64_t dc_work
     l->state = KVR_CKF_LANE_AWAITING;
     l->dc_worker_id = dc_worker_id;
     l->epoch = 0;
-    l->has_high = 0;
     l->next_chunk = 0;
-    l->dup_n = l->dup_next = 0;
+    lane_forget_history(l);
     l->error[0] = '\0';
     return KVR_OK;
 }
@@ -345,18 +350,16 @@ retire(kvr_ckf_consumer_t *c, uint32_t lane, int code, int *outcome, const char 
 }
 
 /* Records a producer restart seen by a snapshot: the lane retires (counted only if it was
- * READY or LOADING: an AWAITING lane is retired already), its history is forgotten. */
+ * READY or LOADING: an AWAITING lane is retired already), its history is forgotten. The caller
+ * (feed_snapshot) then clears the ready bit and sets the lane LOADING. */
 __attribute__((format(printf, 3, 4))) static void note_restart(kvr_ckf_consumer_t *c, uint32_t lane,
                                                                const char *fmt, ...)
 {
     struct lane *l = &c->lane[lane];
     if (l->state == KVR_CKF_LANE_READY || l->state == KVR_CKF_LANE_LOADING)
         l->retirements++;
-    set_ready(c, lane, 0);
-    l->state = KVR_CKF_LANE_AWAITING;
     l->restarts++;
-    l->has_high = 0;
-    l->dup_n = l->dup_next = 0;
+    lane_forget_history(l);
     va_list ap;
     va_start(ap, fmt);
     set_error(l, fmt, ap);
@@ -381,9 +384,8 @@ static int applied(struct lane *l, int *outcome)
 
 static void note_installed(struct lane *l)
 {
-    if (!l->has_high || l->epoch > l->high)
+    if (l->epoch > l->high)
         l->high = l->epoch;
-    l->has_high = 1;
 }
 
 static int feed_snapshot(kvr_ckf_consumer_t *c, uint32_t lane, const struct kvr_ckf_frame *f,
@@ -397,7 +399,7 @@ static int feed_snapshot(kvr_ckf_consumer_t *c, uint32_t lane, const struct kvr_
          * backwards, so the producer restarted (epochs start again at 0) or this is very late
          * traffic. Either way the installed table cannot be trusted to continue from it: retire
          * the lane (with the reason) and reload from this snapshot. */
-        if (l->has_high && f->epoch < l->high) {
+        if (f->epoch < l->high) {
             note_restart(c, lane,
                          "producer restarted? snapshot epoch %llu is behind installed epoch "
                          "%llu: lane retired, reloading from the new snapshot",

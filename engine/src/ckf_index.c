@@ -42,8 +42,10 @@ struct kvr_ckf_index {
     size_t n_ranks, cap_ranks;
     struct group *groups;
     size_t n_groups, cap_groups;
-    struct kvr_ckf_kick *log;      /* max_kicks entries */
-    struct kvr_ckf_index_stats st; /* counters (sizes are computed in kvr_ckf_index_stats) */
+    struct kvr_ckf_kick *log; /* max_kicks entries */
+    /* counters; sizes are computed in kvr_ckf_index_stats, except st.blocks, kept up to date
+     * (kvr_ckf_index_blocks): the entries of every rank's ext map (translate) or own map */
+    struct kvr_ckf_index_stats st;
 };
 
 void kvr_ckf_index_config_init(struct kvr_ckf_index_config *cfg)
@@ -59,7 +61,7 @@ void kvr_ckf_index_config_init(struct kvr_ckf_index_config *cfg)
 }
 
 /* Lane fingerprints a level of nb buckets accepts before insertions move on (the fill rule of
- * insert_fp: a level takes a fingerprint while fps * 100 < slots * pct). */
+ * place: a level takes a fingerprint while fps < level_cap, i.e. fps * 100 < slots * pct). */
 static uint64_t level_cap(uint64_t nb, uint32_t pct)
 {
     return (nb * KVR_CKF_SLOTS * pct + 99) / 100;
@@ -211,8 +213,7 @@ static int place(kvr_ckf_index_t *idx, kvr_ckf_table_t *const *tables, uint32_t 
 {
     struct kvr_ckf_kicker k = {&r->rng, idx->log, idx->cfg.max_kicks};
     for (uint32_t l = 0; l < n; l++) {
-        uint64_t slots = kvr_ckf_table_buckets(tables[l]) * KVR_CKF_SLOTS;
-        if (fps[l] * 100 >= slots * idx->cfg.max_load_pct)
+        if (fps[l] >= level_cap(kvr_ckf_table_buckets(tables[l]), idx->cfg.max_load_pct))
             continue;
         struct kvr_ckf_view v;
         kvr_ckf_table_view(tables[l], r->lane, &v);
@@ -290,7 +291,7 @@ static int relayout(kvr_ckf_index_t *idx, struct group *g, const struct layout *
             uint32_t old = VAL_LEVEL(v);
             if (old < L->n && keep[old])
                 continue;
-            *ckf_map_ref(&r->own, seq) = VAL(VAL_RC(v), lvl[k++]);
+            *ckf_map_next_val(&r->own, pos) = VAL(VAL_RC(v), lvl[k++]);
         }
         memcpy(r->fps, fps[lane], sizeof(r->fps));
     }
@@ -460,6 +461,7 @@ static void clear_rank(kvr_ckf_index_t *idx, struct rank *r)
         kvr_ckf_view_clear(&v);
         r->fps[l] = 0;
     }
+    idx->st.blocks -= idx->cfg.translate ? r->ext.n : r->own.n;
     ckf_map_clear(&r->own);
     ckf_map_clear(&r->ext);
 }
@@ -533,6 +535,8 @@ static int ref_seq(kvr_ckf_index_t *idx, struct rank *r, uint64_t seq)
     if (rc != KVR_OK)
         return rc;
     KVR_ASSERT(ckf_map_put(&r->own, seq, VAL(1, level)) == KVR_OK);
+    if (!idx->cfg.translate)
+        idx->st.blocks++;
     return KVR_OK;
 }
 
@@ -547,6 +551,8 @@ static int unref_seq(kvr_ckf_index_t *idx, struct rank *r, uint64_t seq)
     }
     uint32_t level = VAL_LEVEL(*v);
     ckf_map_del(&r->own, seq, NULL);
+    if (!idx->cfg.translate)
+        idx->st.blocks--;
     return remove_fp(idx, r, seq, level);
 }
 
@@ -583,6 +589,7 @@ static int store_translated(kvr_ckf_index_t *idx, struct rank *r, const uint64_t
             }
             /* the engine re-used an external hash for other content: move it */
             ckf_map_del(&r->ext, blocks[i].block_hash, NULL);
+            idx->st.blocks--; /* translate mode */
             first = keep_first(first, unref_seq(idx, r, old));
         }
         if (ckf_map_reserve(&r->ext, 1) != KVR_OK)
@@ -590,8 +597,10 @@ static int store_translated(kvr_ckf_index_t *idx, struct rank *r, const uint64_t
         int rc = ref_seq(idx, r, seq);
         if (rc == KVR_ENOMEM)
             return keep_first(first, rc);
-        if (rc == KVR_OK)
+        if (rc == KVR_OK) {
             KVR_ASSERT(ckf_map_put(&r->ext, blocks[i].block_hash, seq) == KVR_OK);
+            idx->st.blocks++;
+        }
         first = keep_first(first, rc);
         prev = seq;
         has_prev = 1;
@@ -632,9 +641,12 @@ int kvr_ckf_index_remove(kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_r
     int first = KVR_OK;
     for (size_t i = 0; i < n; i++) {
         uint64_t seq = hashes[i];
-        if (r != NULL && idx->cfg.translate && !ckf_map_del(&r->ext, hashes[i], &seq)) {
-            missing++;
-            continue;
+        if (r != NULL && idx->cfg.translate) {
+            if (!ckf_map_del(&r->ext, hashes[i], &seq)) {
+                missing++;
+                continue;
+            }
+            idx->st.blocks--; /* translate mode */
         }
         int rc = r != NULL ? unref_seq(idx, r, seq) : KVR_ENOBLOCK;
         if (rc == KVR_ENOBLOCK)
@@ -871,6 +883,11 @@ int kvr_ckf_index_rank_fpr(const kvr_ckf_index_t *idx, uint64_t worker_id, uint3
     return KVR_OK;
 }
 
+uint64_t kvr_ckf_index_blocks(const kvr_ckf_index_t *idx)
+{
+    return idx->st.blocks;
+}
+
 void kvr_ckf_index_stats(const kvr_ckf_index_t *idx, struct kvr_ckf_index_stats *out)
 {
     *out = idx->st;
@@ -895,5 +912,6 @@ void kvr_ckf_index_stats(const kvr_ckf_index_t *idx, struct kvr_ckf_index_stats 
         for (uint32_t l = 0; l < KVR_CKF_INDEX_LEVELS_MAX; l++)
             out->fingerprints += r->fps[l];
     }
+    KVR_DEBUG_ASSERT(out->blocks == kvr_ckf_index_blocks(idx)); /* the maintained count */
     out->exact_bytes = idx->alloc.live_bytes;
 }

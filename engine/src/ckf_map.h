@@ -50,6 +50,12 @@ int ckf_map_del(struct ckf_map *m, uint64_t key, uint64_t *val);
 
 /* Iteration by slot: for (i = 0; ckf_map_next(m, &i, &k, &v); ) { ... } (no mutation inside). */
 int ckf_map_next(const struct ckf_map *m, size_t *pos, uint64_t *key, uint64_t *val);
+/* The value of the entry the last ckf_map_next(m, &pos, ...) returned, pos as that call left it:
+ * an in-place update without a second probe (valid until the next put/del). */
+static inline uint64_t *ckf_map_next_val(struct ckf_map *m, size_t pos)
+{
+    return &m->vals[pos - 1];
+}
 
 /* Bytes held by the arrays. */
 size_t ckf_map_bytes(const struct ckf_map *m);

@@ -21,9 +21,8 @@ struct kvr_index {
     atomic_ullong queries;
     struct kvr_index_counters c; /* written under the write lock */
     /* The current write hold (under the write lock). */
-    uint64_t hold_work0;  /* kvr_radix_work at the start of the hold */
-    uint64_t hold_extra;  /* units charged besides the tree's own (CKF events, re-stores) */
-    uint64_t write_holds; /* write holds so far: a dump spanning none of them is an exact cut */
+    uint64_t hold_work0; /* kvr_radix_work at the start of the hold */
+    uint64_t hold_extra; /* units charged besides the tree's own (CKF events, re-stores) */
 };
 
 int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
@@ -33,6 +32,8 @@ int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
         cfg = &def;
     int kind = cfg->kind ? cfg->kind : KVR_INDEX_RADIX;
     if (kind != KVR_INDEX_RADIX && kind != KVR_INDEX_CKF && kind != KVR_INDEX_BOTH)
+        return KVR_EINVAL;
+    if (cfg->dump_chunk_blocks > (uint64_t)SIZE_MAX)
         return KVR_EINVAL;
     struct kvr_index *idx = calloc(1, sizeof(*idx));
     if (idx == NULL)
@@ -54,13 +55,6 @@ int kvr_index_new(const struct kvr_index_config *cfg, kvr_index_t **out)
     }
     idx->kind = kind;
     idx->max_hold = cfg->max_hold_blocks ? cfg->max_hold_blocks : DEFAULT_MAX_HOLD;
-    if (cfg->dump_chunk_blocks > (uint64_t)SIZE_MAX) {
-        kvr_ckf_index_free(idx->ckf);
-        kvr_radix_free(idx->radix);
-        kvr_rwlock_destroy(&idx->lock);
-        free(idx);
-        return KVR_EINVAL;
-    }
     idx->dump_chunk = cfg->dump_chunk_blocks ? (size_t)cfg->dump_chunk_blocks : idx->max_hold;
     atomic_init(&idx->queries, 0);
     *out = idx;
@@ -120,8 +114,7 @@ static void hold_end(struct kvr_index *idx)
     uint64_t used = hold_used(idx);
     if (used > idx->c.max_hold_work)
         idx->c.max_hold_work = used;
-    idx->c.write_holds++;
-    idx->write_holds++;
+    idx->c.write_holds++; /* a dump spanning no write hold is an exact cut */
 }
 
 static void wlock(struct kvr_index *idx)
@@ -381,6 +374,21 @@ void kvr_index_stats(kvr_index_t *idx, struct kvr_index_stats *out)
     out->counters.queries = atomic_load_explicit(&idx->queries, memory_order_relaxed);
 }
 
+size_t kvr_index_block_ranks(kvr_index_t *idx)
+{
+    rlock(idx);
+    size_t n;
+    if (idx->radix != NULL) {
+        struct kvr_radix_stats st;
+        kvr_radix_stats(idx->radix, &st);
+        n = st.block_ranks;
+    } else {
+        n = (size_t)kvr_ckf_index_blocks(idx->ckf);
+    }
+    runlock(idx);
+    return n;
+}
+
 int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t cap, size_t *n_out)
 {
     *n_out = 0;
@@ -404,16 +412,19 @@ int kvr_index_dump_ex(kvr_index_t *idx, struct kvr_event_list *out,
     kvr_radix_dump_t *d = NULL;
     int done = 0;
     rlock(idx);
-    uint64_t holds0 = idx->write_holds;
+    uint64_t holds0 = idx->c.write_holds;
     int rc = kvr_radix_dump_begin(idx->radix, &d);
-    runlock(idx);
+    /* the first chunk in the same hold as the start; then one hold per chunk */
     while (rc == KVR_OK && !done) {
-        rlock(idx);
         rc = kvr_radix_dump_step(idx->radix, d, out, idx->dump_chunk, &done);
-        info->exact = idx->write_holds == holds0;
-        runlock(idx);
+        info->exact = idx->c.write_holds == holds0;
         info->chunks++;
+        if (rc == KVR_OK && !done) {
+            runlock(idx);
+            rlock(idx);
+        }
     }
+    runlock(idx);
     if (d != NULL)
         kvr_radix_dump_end(idx->radix, d);
     return rc;

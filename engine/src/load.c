@@ -171,6 +171,14 @@ static void req_drop(struct kvr_load *ld, struct req *q)
     kvr_free(&ld->alloc, q);
 }
 
+/* Ends a request: tells the observer (kind), drops it, counts it in *count. */
+static void req_end(struct kvr_load *ld, struct req *q, int kind, uint64_t now_ms, uint64_t *count)
+{
+    notify(ld, kind, q, now_ms);
+    req_drop(ld, q);
+    (*count)++;
+}
+
 static struct req *req_find(const struct kvr_load *ld, uint64_t id)
 {
     const uint64_t *p = kvr_u64map_get(&ld->reqs, id);
@@ -185,9 +193,7 @@ static size_t expire_locked(struct kvr_load *ld, uint64_t now_ms)
         struct req *q = (struct req *)it;
         next = it->next;
         if (now_ms >= q->added_ms && now_ms - q->added_ms >= ld->cfg.expiry_ms) {
-            notify(ld, KVR_LOAD_OP_EXPIRE, q, now_ms);
-            req_drop(ld, q);
-            ld->st.expired++;
+            req_end(ld, q, KVR_LOAD_OP_EXPIRE, now_ms, &ld->st.expired);
             n++;
         }
     }
@@ -358,9 +364,7 @@ int kvr_load_release(kvr_load_t *ld, uint64_t request_id, uint64_t now_ms)
         ld->st.unknown++;
         rc = KVR_ENOTFOUND;
     } else {
-        notify(ld, KVR_LOAD_OP_RELEASE, q, now_ms);
-        req_drop(ld, q);
-        ld->st.released++;
+        req_end(ld, q, KVR_LOAD_OP_RELEASE, now_ms, &ld->st.released);
     }
     pthread_mutex_unlock(&ld->mu);
     return rc;
@@ -382,9 +386,7 @@ size_t kvr_load_release_origin(kvr_load_t *ld, uint32_t origin, uint64_t now_ms)
         struct req *q = (struct req *)it;
         next = it->next;
         if (q->origin == origin) {
-            notify(ld, KVR_LOAD_OP_RELEASE, q, now_ms);
-            req_drop(ld, q);
-            ld->st.released++;
+            req_end(ld, q, KVR_LOAD_OP_RELEASE, now_ms, &ld->st.released);
             n++;
         }
     }

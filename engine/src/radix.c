@@ -815,15 +815,17 @@ static void drain_push(struct kvr_radix *t, struct rnode *c)
     t->work++;
 }
 
+static void drain_push_kid(struct rnode *c, void *t)
+{
+    drain_push(t, c);
+}
+
 /* Moves n's children to the drain (n stays, childless). Never fails. */
 static void detach_children(struct kvr_radix *t, struct rnode *n)
 {
     if (n->nkids == 0)
         return;
-    uint32_t end = n->kids_cap <= KIDS_LINEAR ? n->nkids : n->kids_cap;
-    for (uint32_t i = 0; i < end; i++)
-        if (n->kids[i].n != NULL)
-            drain_push(t, n->kids[i].n);
+    kvr_radix_kids_each(n, drain_push_kid, t);
     kvr_free(&t->alloc, n->kids);
     n->kids = NULL;
     n->nkids = 0;

@@ -288,7 +288,6 @@ struct kvr_radix_dump {
     struct rnode **chain; /* scratch for one chain */
     size_t chain_cap;
     uint64_t event_id;
-    int registered; /* counted in t->dumps_active */
 };
 
 /* Whether a queued node can still be used: live and attached under the root (a subtree
@@ -344,7 +343,6 @@ int kvr_radix_dump_begin(kvr_radix_t *t, kvr_radix_dump_t **out)
     if (d == NULL)
         return KVR_ENOMEM;
     atomic_fetch_add_explicit(&t->dumps_active, 1u, memory_order_acq_rel);
-    d->registered = 1;
     *out = d;
     return dump_open(t, d);
 }
@@ -360,8 +358,8 @@ void kvr_radix_dump_end(kvr_radix_t *t, kvr_radix_dump_t *d)
     if (d == NULL)
         return;
     dump_close(d);
-    if (d->registered)
-        atomic_fetch_sub_explicit(&t->dumps_active, 1u, memory_order_acq_rel);
+    /* every dump kvr_radix_dump_begin created is counted in t->dumps_active */
+    atomic_fetch_sub_explicit(&t->dumps_active, 1u, memory_order_acq_rel);
     free(d);
 }
 

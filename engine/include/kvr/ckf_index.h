@@ -168,6 +168,9 @@ int kvr_ckf_index_owns(const kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t 
 int kvr_ckf_index_rank_fpr(const kvr_ckf_index_t *idx, uint64_t worker_id, uint32_t dp_rank,
                            double *fpr);
 
+/* (rank, canonical hash) ownership entries, as kvr_ckf_index_stats.blocks, in O(1). */
+uint64_t kvr_ckf_index_blocks(const kvr_ckf_index_t *idx);
+
 void kvr_ckf_index_stats(const kvr_ckf_index_t *idx, struct kvr_ckf_index_stats *out);
 
 #endif

@@ -127,6 +127,11 @@ int kvr_index_find_matches(kvr_index_t *idx, const uint64_t *locals, size_t n, u
 /* Snapshot of sizes and counters (read lock). */
 void kvr_index_stats(kvr_index_t *idx, struct kvr_index_stats *out);
 
+/* (block, rank) ownership entries: the tree's block_ranks when the index has one (RADIX, BOTH),
+ * else the CKF's ownership entries (kvr_ckf_index_stats.blocks). O(1), unlike kvr_index_stats
+ * (read lock). */
+size_t kvr_index_block_ranks(kvr_index_t *idx);
+
 /* Per-rank block counts (read lock); as kvr_radix_rank_blocks. */
 int kvr_index_rank_blocks(kvr_index_t *idx, struct kvr_rank_blocks *out, size_t cap, size_t *n_out);
 
