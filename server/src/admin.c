@@ -30,12 +30,7 @@
 
 static void set_error(struct srv_job *j, int status, const char *msg)
 {
-    struct srv_jw w;
-    kvr_buf_reset(&j->body);
-    srv_jw_init(&w, &j->body);
-    srv_jw_raw(&w, "{\"error\":");
-    srv_jw_cstr(&w, msg);
-    srv_jw_char(&w, '}');
+    srv_jw_error_body(&j->body, msg);
     j->status = status;
 }
 
@@ -208,10 +203,9 @@ static void status(struct srv_hreq *h)
 
 /* ==== dispatch ================================================================================ */
 
+/* Reached only through the route table, which gates every /admin route (srv_admin_allowed). */
 void srv_api_admin(struct srv_hreq *h)
 {
-    if (!srv_admin_allowed(h))
-        return;
     const char *what = h->path + strlen("/admin/");
     int post = h->method == EVHTTP_REQ_POST;
     if (strcmp(what, "status") == 0 && !post) {

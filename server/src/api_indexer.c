@@ -497,7 +497,7 @@ static void dump_run(struct srv_control *c, struct srv_job *j)
     struct kvr_buf *o = &j->body;
     if (srv_dump_json(srv_control_server(c), o) != KVR_OK) {
         kvr_buf_free(o);
-        kvr_buf_append_str(o, "{\"error\":\"out of memory while building the dump\"}");
+        srv_jw_error_body(o, "out of memory while building the dump");
         j->status = 503;
         return;
     }
